@@ -1,0 +1,55 @@
+import sys
+
+from snakemake.utils import min_version, validate
+
+from xmr.workflow import parse_target, recipe_features, recipe_path
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "../schemas/config.schema.yaml")
+
+# The same interpreter that runs Snakemake runs xmr (works with a venv, conda env or module).
+XMR = f'"{sys.executable}" -m xmr'
+
+
+wildcard_constraints:
+    dataset="[a-z0-9]+",
+    split="[a-z]+",
+    recipe="[a-z0-9_]+",
+    target="[a-z0-9_]+",
+
+
+def res(kind, key):
+    """Resource `key` of rule kind `kind`; datasets listed in cpu_only_datasets never ask for a GPU."""
+
+    def f(wildcards):
+        value = config["resources"][kind].get(key, 0)
+        if key == "gpu" and wildcards.get("dataset") in config["cpu_only_datasets"]:
+            return 0
+        return value
+
+    return f
+
+
+def target_recipe(wc):
+    return parse_target(wc.dataset, wc.target)[0]
+
+
+def target_reranker(wc):
+    return parse_target(wc.dataset, wc.target)[1]
+
+
+def train_inputs(wc):
+    info = recipe_features(wc.dataset, wc.recipe)
+    feats = [f"{info['dir']}/{wc.dataset}/{info['backbone']}/{s}.h5" for s in info["splits"][:2]]
+    return {"config": recipe_path(wc.dataset, wc.recipe), "features": feats}
+
+
+def score_inputs(wc):
+    info = recipe_features(wc.dataset, wc.recipe)
+    return {"ckpt": f"runs/{wc.dataset}/{wc.recipe}/best.pt",
+            "features": f"{info['dir']}/{wc.dataset}/{info['backbone']}/{info['splits'][2]}.h5"}

@@ -1,0 +1,5 @@
+import sys
+
+from xmr.cli import main
+
+sys.exit(main())

@@ -1,0 +1,51 @@
+"""``xmr`` command line: one subcommand per module in :mod:`xmr.commands`, each a thin wrapper over a library call.
+
+A command module defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int | None``;
+modules are discovered automatically, so adding a command is adding a file. Heavy imports happen inside
+``run`` so that ``xmr --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import Sequence
+
+import xmr.commands
+from xmr import __version__
+from xmr.errors import XmrError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xmr", description="Image-text cross-modal retrieval pipeline.")
+    parser.add_argument("--version", action="version", version=f"xmr {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for info in sorted(pkgutil.iter_modules(xmr.commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"xmr.commands.{info.name}")
+        name = getattr(mod, "NAME", info.name.replace("_", "-"))
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args._run(args)
+    except XmrError as e:
+        print(f"xmr {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"xmr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""xmr extract: visual features of one dataset split with one backbone, into the HDF5 feature store."""
+
+HELP = "extract visual features for a dataset split with a configured backbone (resumable, HDF5 output)"
+
+
+def add_arguments(p):
+    p.add_argument("--dataset", required=True, help="dataset name (config/datasets/NAME.yaml) or path")
+    p.add_argument("--backbone", required=True, help="key in config/backbones.yaml")
+    p.add_argument("--split", required=True)
+    p.add_argument("--out", required=True, help="output .h5 path")
+    p.add_argument("--config-dir", default="config")
+    p.add_argument("--batch-size", type=int, help="default: the backbone config's batch_size")
+    p.add_argument("--workers", type=int, default=2, help="image decoding processes")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args):
+    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.data import load_split
+    from xmr.features.extract import extract_features
+
+    ds = load_dataset_config(args.dataset, args.config_dir)
+    bb = load_backbone_config(args.backbone, args.config_dir)
+    split = load_split(ds, args.split)
+    out = extract_features(split, bb, args.out, batch_size=args.batch_size or bb["batch_size"],
+                           workers=args.workers, dtype=bb["dtype"], device=args.device,
+                           progress=not args.no_progress)
+    print(f"wrote {out} ({split.num_images} images)")

@@ -1,0 +1,24 @@
+"""xmr score: similarity matrix of a trained run on a split (rows = images, columns = captions)."""
+
+HELP = "compute the test (or any split's) similarity matrix of a trained run and save it as .npy"
+
+
+def add_arguments(p):
+    p.add_argument("--run", required=True, help="run directory written by `xmr train`")
+    p.add_argument("--split", help="default: the dataset's test split")
+    p.add_argument("--out", required=True, help="output .npy")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run(args):
+    import numpy as np
+
+    from xmr.io import atomic_path
+    from xmr.train.trainer import score_split
+
+    sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress)
+    with atomic_path(args.out, ".npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, sims)
+    print(f"wrote {args.out} ({info['num_images']} x {info['num_captions']}, split {info['split']})")

@@ -1,0 +1,33 @@
+"""xmr test: evaluate a trained run's test similarity matrix under its dataset's protocols."""
+
+HELP = "evaluate a trained run on its test split (dataset protocols, optional re-ranker) and write results JSON"
+
+
+def add_arguments(p):
+    p.add_argument("--run", required=True, help="run directory written by `xmr train`")
+    p.add_argument("--sims", required=True, help="similarity matrix from `xmr score`")
+    p.add_argument("--rerank", help="re-ranker name (fr, rr, isoftmax, dsl, qbnorm, csls)")
+    p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE")
+    p.add_argument("--out", required=True, help="results JSON")
+    p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def run(args):
+    from xmr.errors import XmrError
+    from xmr.results import evaluate_run, write_results
+
+    params = {}
+    for item in args.rerank_param:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise XmrError(f"--rerank-param {item!r}: expected NAME=VALUE")
+        try:
+            params[k] = float(v)
+        except ValueError:
+            raise XmrError(f"--rerank-param {k}: {v!r} is not a number") from None
+    res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking)
+    write_results(res, args.out)
+    i, t = res["i2t"], res["t2i"]
+    print(f"{res['recipe']} [{res['protocol']}, rerank={res['rerank']}]  "
+          f"i2t R@1/5/10 {i['r1']:.1f}/{i['r5']:.1f}/{i['r10']:.1f}  "
+          f"t2i R@1/5/10 {t['r1']:.1f}/{t['r5']:.1f}/{t['r10']:.1f}  RSUM {res['rsum']:.1f}")

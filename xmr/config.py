@@ -1,0 +1,166 @@
+"""The one config loader: YAML (safe_load) with ``extends:`` inheritance and ``key.path=value`` overrides,
+validated against JSON schemas before any work starts.
+
+A *run config* (``config/recipes/{dataset}/{recipe}.yaml``) names a method, a dataset and a backbone; the
+loader attaches the dataset config (``config/datasets/{name}.yaml``) and the backbone config
+(``config/backbones.yaml``) so that every command gets one resolved, validated dict.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from xmr.errors import XmrError
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise XmrError(f"{path}: config file not found")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise XmrError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise XmrError(f"{path}: expected a mapping at the top level")
+    return doc
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """Recursive dict merge; ``over`` wins; lists and scalars are replaced, not merged."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _load_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    path = path.resolve()
+    if path in seen:
+        raise XmrError(f"{path}: `extends` cycle")
+    doc = load_yaml(path)
+    parents = doc.pop("extends", [])
+    parents = [parents] if isinstance(parents, str) else parents
+    merged: dict = {}
+    for p in parents:
+        merged = deep_merge(merged, _load_with_extends((path.parent / p), seen + (path,)))
+    return deep_merge(merged, doc)
+
+
+def apply_overrides(cfg: dict, overrides: Iterable[str]) -> dict:
+    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a copy of ``cfg``."""
+    cfg = copy.deepcopy(cfg)
+    for item in overrides:
+        if "=" not in item:
+            raise XmrError(f"override {item!r}: expected KEY.PATH=VALUE")
+        key, raw = item.split("=", 1)
+        node = cfg
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise XmrError(f"override {item!r}: {p} is not a mapping")
+        node[parts[-1]] = yaml.safe_load(raw)
+    return cfg
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    return yaml.safe_load(resources.files("xmr.schemas").joinpath(f"{name}.schema.yaml").read_text())
+
+
+def _fmt_path(err) -> str:
+    return ".".join(str(p) for p in err.absolute_path) or "<top level>"
+
+
+def validate(cfg: dict, schema: dict | str, source: str) -> dict:
+    """Validate ``cfg`` in place, filling schema defaults; raise XmrError naming the first bad key."""
+    import jsonschema
+
+    if isinstance(schema, str):
+        schema = load_schema(schema)
+    base = jsonschema.Draft202012Validator
+
+    def fill_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from base.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    validator_cls = jsonschema.validators.extend(base, {"properties": fill_defaults})
+    errors = sorted(validator_cls(schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        if e.validator == "required":
+            missing = e.message.split("'")[1]
+            path = _fmt_path(e)
+            key = missing if path == "<top level>" else f"{path}.{missing}"
+            raise XmrError(f"{source}: missing required key '{key}'")
+        if e.validator == "additionalProperties":
+            raise XmrError(f"{source}: {_fmt_path(e)}: {e.message} (check the spelling against the schema)")
+        raise XmrError(f"{source}: {_fmt_path(e)}: {e.message}")
+    return cfg
+
+
+def find_config_dir(start: Path) -> Path:
+    """The project ``config/`` folder: the nearest ancestor named ``config``, else ``$XMR_CONFIG_DIR`` or ./config."""
+    for p in [start, *start.parents]:
+        if p.name == "config" and (p / "datasets").is_dir():
+            return p
+    return Path(os.environ.get("XMR_CONFIG_DIR", "config"))
+
+
+def load_dataset_config(name_or_path: str, config_dir: str | os.PathLike = "config") -> dict:
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml"):
+        p = Path(config_dir) / "datasets" / f"{name_or_path}.yaml"
+    if not p.exists():
+        avail = sorted(x.stem for x in (Path(config_dir) / "datasets").glob("*.yaml"))
+        raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail)}")
+    return validate(_load_with_extends(p), "dataset", str(p))
+
+
+def load_backbone_config(name: str, config_dir: str | os.PathLike = "config") -> dict:
+    path = Path(config_dir) / "backbones.yaml"
+    table = load_yaml(path)
+    if name not in table:
+        raise XmrError(f"{path}: no backbone {name!r}; known: {', '.join(sorted(table))}")
+    cfg = validate(dict(table[name]), "backbone", f"{path}:{name}")
+    cfg.setdefault("key", name)
+    return cfg
+
+
+def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> dict:
+    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``."""
+    path = Path(path)
+    cfg = apply_overrides(_load_with_extends(path), overrides)
+    cfg.setdefault("name", path.stem)
+    src = str(path)
+    validate(cfg, "run", src)
+    from xmr.methods import METHODS
+
+    if cfg["method"] not in METHODS:
+        raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
+                       f"{', '.join(METHODS.names())}")
+    method = METHODS.get(cfg["method"])
+    validate(cfg, method.schema, src)
+    config_dir = find_config_dir(path.resolve().parent)
+    cfg["dataset_cfg"] = load_dataset_config(cfg["dataset"], config_dir)
+    if cfg.get("features", {}).get("backbone"):
+        cfg["backbone_cfg"] = load_backbone_config(cfg["features"]["backbone"], config_dir)
+    return cfg

@@ -1,0 +1,59 @@
+"""The in-memory form every dataset reader returns, and the reader registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from xmr.registry import Registry
+
+#: ``reader(dataset_cfg: dict, split: str) -> CaptionedSplit``; one entry per on-disk format.
+DATASET_READERS: Registry[Callable[[dict, str], "CaptionedSplit"]] = Registry("dataset format")
+
+
+@dataclass
+class CaptionedSplit:
+    """One split of an image-caption dataset.
+
+    Captions are ordered by image: caption ``j`` belongs to image ``caption_image[j]``. When every image has
+    the same number ``c`` of captions, caption ``j`` belongs to image ``j // c`` (the evaluation protocol).
+    """
+
+    name: str
+    split: str
+    image_ids: list[str]
+    image_paths: list[Path]
+    captions: list[str]
+    caption_image: np.ndarray
+    tokens: list[list[str]] | None = None
+    image_labels: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_images(self) -> int:
+        return len(self.image_ids)
+
+    @property
+    def num_captions(self) -> int:
+        return len(self.captions)
+
+    @property
+    def captions_per_image(self) -> int | None:
+        """``c`` if captions are exactly c per image in image order, else None."""
+        n = self.num_images
+        if n == 0 or self.num_captions % n:
+            return None
+        c = self.num_captions // n
+        return c if np.array_equal(self.caption_image, np.arange(self.num_captions) // c) else None
+
+    @property
+    def caption_labels(self) -> np.ndarray | None:
+        return None if self.image_labels is None else self.image_labels[self.caption_image]
+
+
+def load_split(dataset_cfg: dict, split: str) -> CaptionedSplit:
+    """Read ``split`` of the dataset described by ``dataset_cfg`` (a validated ``config/datasets/*.yaml``)."""
+    return DATASET_READERS.get(dataset_cfg["format"])(dataset_cfg, split)

@@ -1,0 +1,1 @@
+"""Visual feature extraction (backbone registry) and the HDF5 feature store."""

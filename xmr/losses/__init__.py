@@ -1,0 +1,1 @@
+"""Loss functions, each a pure function of similarities/embeddings (one module per family)."""

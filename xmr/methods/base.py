@@ -1,0 +1,80 @@
+"""The interface every method implements, and the method registry."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from xmr.registry import Registry
+
+METHODS: Registry[type["RetrievalModel"]] = Registry("method")
+
+
+def strict_section(properties: dict[str, Any], required: list[str] | None = None) -> dict:
+    """JSON-schema object with the given properties and nothing else (catches misspelt keys)."""
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        out["required"] = required
+    return out
+
+
+class RetrievalModel(nn.Module):
+    """A dual encoder trained by :mod:`xmr.train.trainer` and evaluated by :mod:`xmr.evaluation`.
+
+    Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults) and
+    implement ``encode_image``, ``encode_text`` and ``compute_loss``. Embeddings are (B, D) or sets (B, K, D);
+    ``eval_similarity`` names the :mod:`xmr.similarity` measure used to compare them at test time.
+    """
+
+    schema: ClassVar[dict] = {}
+
+    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_dim = cfg["model"]["embed_dim"]
+
+    # -- encoders ---------------------------------------------------------------------------------
+    def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, feats: torch.Tensor, num_regions: torch.Tensor, text: dict[str, torch.Tensor]):
+        """Both encoders in one call (one forward per backward, as DistributedDataParallel expects)."""
+        return self.encode_image(feats, num_regions), self.encode_text(text)
+
+    # -- training ---------------------------------------------------------------------------------
+    def compute_loss(self, img: torch.Tensor, txt: torch.Tensor, pos_mask: torch.Tensor,
+                     epoch: float) -> dict[str, torch.Tensor]:
+        """Return a dict with the total ``loss`` and any named terms (logged separately)."""
+        raise NotImplementedError
+
+    def on_train_step_end(self) -> None:
+        """Hook for momentum encoders, queues, ... (called after each optimizer step)."""
+
+    # -- evaluation -------------------------------------------------------------------------------
+    @property
+    def eval_similarity(self) -> str:
+        return self.cfg["eval"]["similarity"]
+
+    def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+        """(N, M) image-caption scores for evaluation (chunked inside xmr.similarity)."""
+        from xmr.similarity import compute_similarity
+
+        return compute_similarity(img, txt, measure=self.eval_similarity, alpha=self.cfg["eval"]["alpha"])
+
+    def param_groups(self, lr: float, backbone_scale: float) -> list[dict]:
+        """Optimizer groups: pretrained text-encoder weights get ``lr * backbone_scale``."""
+        pre = getattr(getattr(self, "text", None), "pretrained_params", [])
+        slow, fast = [], []
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            (slow if any(name.startswith(f"text.{q}") for q in pre) else fast).append(p)
+        groups = [{"params": fast, "lr": lr, "name": "main"}]
+        if slow:
+            groups.append({"params": slow, "lr": lr * backbone_scale, "name": "text_backbone"})
+        return groups

@@ -1,0 +1,55 @@
+"""VSE++ (Faghri et al., BMVC'18): FC image projection + mean pooling, BiGRU text, hardest-negative triplet."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from xmr.losses.triplet import triplet_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.image import LocalProjection
+from xmr.models.pooling import max_pool, mean_pool
+from xmr.models.text import build_text_encoder
+
+POOLS = {"mean": mean_pool, "max": max_pool}
+
+
+@METHODS.register("vsepp")
+class VSEPP(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "residual_mlp": {"type": "boolean", "default": False},
+                "image_pool": {"enum": list(POOLS), "default": "mean"},
+                "text_pool": {"enum": list(POOLS), "default": "mean"},
+            }),
+            "loss": strict_section({
+                "margin": {"type": "number", "minimum": 0, "default": 0.2},
+                "max_violation": {"type": "boolean", "default": True,
+                                  "description": "hardest negative (VSE++); false = sum of hinges (VSE0)"},
+                "reduction": {"enum": ["sum", "mean"], "default": "sum"},
+            }),
+        },
+    }
+
+    def __init__(self, cfg, image_dim, vocab_words):
+        super().__init__(cfg, image_dim, vocab_words)
+        m = cfg["model"]
+        self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
+        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+        self.image_pool, self.text_pool = POOLS[m["image_pool"]], POOLS[m["text_pool"]]
+
+    def encode_image(self, feats, num_regions):
+        return F.normalize(self.image_pool(self.image_proj(feats), num_regions), dim=-1)
+
+    def encode_text(self, batch):
+        h, lengths = self.text(batch)
+        return F.normalize(self.text_pool(h, lengths), dim=-1)
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        loss_cfg = self.cfg["loss"]
+        loss = triplet_loss(img @ txt.t(), pos_mask, loss_cfg["margin"], loss_cfg["max_violation"],
+                            loss_cfg["reduction"])
+        return {"loss": loss}

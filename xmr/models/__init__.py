@@ -1,0 +1,1 @@
+"""Building blocks shared by the methods: text encoders, image encoders, pooling operators, set heads."""

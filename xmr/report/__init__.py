@@ -1,0 +1,1 @@
+"""Tables and figures built from results files (never typed by hand)."""

@@ -1,0 +1,63 @@
+"""Test-set results of a trained run: every protocol of its dataset, optionally re-ranked, as one JSON file
+(``results/{dataset}/{recipe}[_{reranker}].json``), also logged to the run's MLflow run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.config import load_yaml
+from xmr.errors import XmrError
+from xmr.io import read_json, write_json
+from xmr.tracking import Tracker, metrics_to_flat
+
+
+def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
+                 rerank_params: dict[str, float] | None = None, track: bool = True) -> dict[str, Any]:
+    """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``."""
+    from xmr.evaluation import evaluate_sims
+
+    run_dir = Path(run_dir)
+    cfg = load_yaml(run_dir / "config.yaml")
+    if not Path(sims_path).exists():
+        raise XmrError(f"{sims_path}: similarity matrix not found; run `xmr score --run {run_dir}` first")
+    sims = np.load(sims_path)
+    ds = cfg["dataset_cfg"]
+    protocols = cfg["eval"]["protocols"] or ds["protocols"]
+    params = None
+    if rerank:
+        from xmr.rerank import default_params
+
+        params = default_params(rerank, ds["rerank_defaults"]) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
+            | dict(rerank_params or {})
+    labels = None
+    if any(p == "cub" for p in protocols):
+        from xmr.data import load_split
+
+        labels = load_split(ds, ds["test_split"]).image_labels
+    by_protocol = {}
+    for p in protocols:
+        kw = {"image_labels": labels} if p == "cub" else {}
+        by_protocol[p] = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"],
+                                       rerank=rerank, rerank_params=params, **kw)
+    head = by_protocol[protocols[0]]
+    train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
+    result = {**head, "protocol": protocols[0], "protocols": by_protocol, "dataset": cfg["dataset"],
+              "recipe": cfg["name"], "method": cfg["method"], "backbone": cfg["features"]["backbone"],
+              "rerank": rerank or "none", "rerank_params": params or {},
+              "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id")}
+    if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):
+        tracker = Tracker(True)
+        with tracker.run(train_info["experiment"], cfg["name"], run_id=train_info["mlflow_run_id"]):
+            tag = rerank or "plain"
+            for p, m in by_protocol.items():
+                tracker.log_metrics(metrics_to_flat(m, f"test_{tag}/{p}"))
+            tracker.log_dict(result, f"results/{cfg['name']}_{tag}.json")
+    return result
+
+
+def write_results(result: dict, out: str | os.PathLike) -> None:
+    write_json(out, result)

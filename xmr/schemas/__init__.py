@@ -1,0 +1,1 @@
+"""JSON schemas (YAML) for configs."""

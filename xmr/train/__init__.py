@@ -1,0 +1,1 @@
+"""The one trainer (and the data it feeds on)."""

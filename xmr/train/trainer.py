@@ -1,0 +1,280 @@
+"""The one trainer: every method, CPU or GPU, single process or DDP (torchrun / srun), resumable.
+
+``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
+epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
+``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt``;
+per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from torch.utils.data import DataLoader
+
+from xmr.errors import XmrError
+from xmr.evaluation import evaluate_sims
+from xmr.io import atomic_path, sha256_file, write_json
+from xmr.methods import METHODS, RetrievalModel
+from xmr.tracking import Tracker, git_commit, metrics_to_flat
+from xmr.train import distributed as dist
+from xmr.train.checkpoint import load_checkpoint, save_checkpoint
+from xmr.train.data import (CaptionCollate, CaptionDataset, ImageDataset, PairCollate, PairDataset,
+                            collate_images, feature_path, load_split_with_features)
+from xmr.train.schedule import lr_factor
+from xmr.utils import resolve_device, seed_everything
+
+
+def build_model(cfg: dict, image_dim: int, vocab_words: list[str] | None) -> RetrievalModel:
+    return METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
+
+
+def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
+    if cfg["text"]["encoder"] != "bigru":
+        return None
+    from xmr.text.vocab import Vocabulary
+
+    return Vocabulary.build(train_split.tokens, cfg["text"]["min_word_count"]).words
+
+
+def config_digest(cfg: dict) -> str:
+    """Hash of everything that defines the run except bookkeeping (so a changed recipe never resumes)."""
+    import hashlib
+    import json
+
+    keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
+    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def build_optimizer(model: RetrievalModel, optim_cfg: dict) -> torch.optim.Optimizer:
+    groups = model.param_groups(optim_cfg["lr"], optim_cfg["text_backbone_lr_scale"])
+    for g in groups:
+        g["base_lr"] = g["lr"]
+    name, wd = optim_cfg["name"], optim_cfg["weight_decay"]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=optim_cfg["lr"], weight_decay=wd)
+    if name == "adam":
+        return torch.optim.Adam(groups, lr=optim_cfg["lr"], weight_decay=wd)
+    return torch.optim.SGD(groups, lr=optim_cfg["lr"], momentum=optim_cfg["momentum"], weight_decay=wd)
+
+
+@torch.no_grad()
+def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
+                 max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode)."""
+    from tqdm import tqdm
+
+    model.eval()
+    n = data.num_images if max_images is None else min(max_images, data.num_images)
+    cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
+    bs = cfg["eval"]["batch_size"]
+    text_collate = CaptionCollate(model.text.collate, data.split)
+    img_loader = DataLoader(ImageDataset(feats, list(range(n)), cfg["features"]["max_regions"]), batch_size=bs,
+                            collate_fn=collate_images)
+    cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
+    imgs, caps = [], []
+    for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
+        imgs.append(model.encode_image(b["feats"].to(device), b["num_regions"].to(device)).float().cpu())
+    for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
+        caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
+    return torch.cat(imgs), torch.cat(caps)
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> dict:
+    img, cap = encode_split(model, cfg, data, feats, device, cfg["train"]["val_max_images"])
+    sims = model.similarity_matrix(img.to(device), cap.to(device)).cpu()
+    c = cfg["dataset_cfg"]["captions_per_image"]
+    return evaluate_sims(sims, protocol="plain", captions_per_image=c)
+
+
+def _write_history(path: Path, rows: list[dict]) -> None:
+    keys = sorted({k for r in rows for k in r}, key=lambda k: (k != "epoch", k))
+    with atomic_path(path, ".csv") as tmp:
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(rows)
+
+
+def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
+    """Train ``cfg`` (a resolved run config from :func:`xmr.config.load_run_config`) into ``out_dir``."""
+    from tqdm import tqdm
+
+    out = Path(out_dir)
+    ctx = dist.setup()
+    device = resolve_device(cfg["train"]["device"]) if not ctx.enabled else ctx.device
+    tcfg, ocfg = cfg["train"], cfg["optim"]
+    seed_everything(tcfg["seed"])
+    if tcfg["deterministic"]:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+    train_data, train_feats = load_split_with_features(cfg, "train")
+    val_split = cfg["dataset_cfg"]["val_split"]
+    val_data, val_feats = load_split_with_features(cfg, val_split)
+    vocab_words = build_vocab_words(cfg, train_data)
+    model = build_model(cfg, train_feats.feature_dim, vocab_words).to(device)
+    optimizer = build_optimizer(model, ocfg)
+    use_amp = tcfg["amp"] and device.type == "cuda"
+    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+
+    state = {"epoch": -1, "best_rsum": -math.inf, "best_epoch": -1, "history": [], "run_id": None, "step": 0}
+    last = out / "last.pt"
+    digest = config_digest(cfg)
+    if resume and last.exists() and load_checkpoint(last, "cpu").get("config_sha256") != digest:
+        if progress and ctx.is_main:
+            print(f"{last} was trained with a different config: starting over")
+        resume = False
+    if resume and last.exists():
+        ck = load_checkpoint(last, device)
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        state.update({k: ck[k] for k in state})
+        if progress and ctx.is_main:
+            print(f"resuming {out} after epoch {state['epoch'] + 1}")
+    train_model: torch.nn.Module = ctx.wrap(model)
+
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        public_cfg = {k: v for k, v in cfg.items()}
+        with atomic_path(out / "config.yaml", ".yaml") as tmp:
+            tmp.write_text(yaml.safe_dump(public_cfg, sort_keys=False))
+    tracker = Tracker(cfg["tracking"]["enabled"] and ctx.is_main)
+    experiment = cfg["tracking"]["experiment"] or f"xmr/{cfg['dataset']}"
+    run_name = cfg["tracking"]["run_name"] or cfg["name"]
+    tags = {
+        "method": cfg["method"], "dataset": cfg["dataset"], "recipe": cfg["name"],
+        "backbone": cfg["features"]["backbone"], "text_encoder": cfg["text"]["encoder"],
+        "git_commit": git_commit(), "features_sha256": sha256_file(feature_path(cfg, "train"))[:16],
+        "device": str(device), "world_size": ctx.world_size,
+    }
+    dataset = PairDataset(train_data, train_feats, cfg["features"]["max_regions"])
+    bs = tcfg["batch_size"]
+    steps_per_epoch = math.ceil(len(dataset) / (bs * ctx.world_size))
+    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
+        state["run_id"] = tracker.run_id
+        if state["epoch"] < 0:
+            tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
+        for epoch in range(state["epoch"] + 1, tcfg["epochs"]):
+            torch.manual_seed(tcfg["seed"] * 100003 + epoch)  # per-epoch reseed: resume == uninterrupted
+            sampler = ctx.sampler(dataset, seed=tcfg["seed"] + epoch)
+            gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
+            loader = DataLoader(dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
+                                num_workers=tcfg["workers"], collate_fn=PairCollate(model.text.collate, "train"),
+                                drop_last=len(dataset) > bs, pin_memory=device.type == "cuda")
+            train_model.train()
+            t0, seen, loss_sum, nb = time.time(), 0, 0.0, 0
+            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
+                       disable=not (progress and ctx.is_main), total=steps_per_epoch)
+            for it, batch in enumerate(bar):
+                frac = epoch + it / max(1, steps_per_epoch)
+                for g in optimizer.param_groups:
+                    g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]),
+                                  ocfg["schedule"]["min_lr"])
+                idx = batch["image_index"].to(device)
+                pos_mask = (idx[:, None] == idx[None, :]) if tcfg["mask_same_image"] else None
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                    img, txt = train_model(batch["feats"].to(device), batch["num_regions"].to(device),
+                                           _to(batch["text"], device))
+                    terms = model.compute_loss(img.float(), txt.float(), pos_mask if pos_mask is not None
+                                               else torch.eye(len(idx), dtype=torch.bool, device=device), frac)
+                loss = terms["loss"]
+                if not torch.isfinite(loss):
+                    raise XmrError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1} step {it}; the last "
+                                   f"good checkpoint is {last if last.exists() else 'none (first epoch)'}; lower "
+                                   f"optim.lr or enable optim.grad_clip")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                if ocfg["grad_clip"]:
+                    scaler.unscale_(optimizer)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
+                scaler.step(optimizer)
+                scaler.update()
+                model.on_train_step_end()
+                state["step"] += 1
+                seen += len(idx) * ctx.world_size
+                loss_sum += loss.item()
+                nb += 1
+                bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
+                if state["step"] % tcfg["log_every"] == 0:
+                    tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
+                                        | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
+            bar.close()
+            row: dict[str, Any] = {"epoch": epoch + 1, "loss": loss_sum / max(1, nb),
+                                   "samples_per_s": seen / max(1e-9, time.time() - t0),
+                                   "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
+            if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == tcfg["epochs"]):
+                metrics = validate(model, cfg, val_data, val_feats, device)
+                row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
+                                                             for k in ("r1", "r5", "r10")}})
+                tracker.log_metrics(metrics_to_flat(metrics, "val") | {"train/epoch_loss": row["loss"]},
+                                    step=epoch + 1)
+                if progress:
+                    print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  val rsum {metrics['rsum']:.1f}  "
+                          f"({row['samples_per_s']:.0f} samples/s)")
+            state["history"].append(row)
+            state["epoch"] = epoch
+            if ctx.is_main:
+                is_best = row.get("val_rsum", -math.inf) > state["best_rsum"]
+                if is_best:
+                    state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
+                ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                      "vocab_words": vocab_words, "image_dim": train_feats.feature_dim,
+                      "config_sha256": digest, **state}
+                save_checkpoint(last, ck)
+                if is_best:
+                    save_checkpoint(out / "best.pt", {k: ck[k] for k in ("model", "vocab_words", "image_dim",
+                                                                        "epoch", "best_rsum")})
+                _write_history(out / "history.csv", state["history"])
+            ctx.barrier()
+        summary = {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
+                   "best_epoch": state["best_epoch"], "best_val_rsum": state["best_rsum"],
+                   "epochs": tcfg["epochs"], "mlflow_run_id": state["run_id"], "experiment": experiment,
+                   "train_seconds": sum(r.get("seconds", 0) for r in state["history"]),
+                   "history": state["history"]}
+        if ctx.is_main:
+            write_json(out / "train.json", summary)
+            tracker.log_artifact(str(out / "config.yaml"))
+            tracker.log_artifact(str(out / "history.csv"))
+            tracker.set_tags({"best_checkpoint": str((out / "best.pt").resolve())})
+    dist.cleanup(ctx)
+    return summary
+
+
+def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[RetrievalModel, dict]:
+    """(model in eval mode on ``device``, resolved config) from a finished run directory."""
+    from xmr.config import load_yaml
+
+    run_dir = Path(run_dir)
+    cfg = load_yaml(run_dir / "config.yaml")
+    ck = load_checkpoint(run_dir / "best.pt", device)
+    model = build_model(cfg, ck["image_dim"], ck["vocab_words"]).to(device)
+    model.load_state_dict(ck["model"])
+    return model.eval(), cfg
+
+
+def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
+                progress: bool = True) -> tuple[np.ndarray, dict]:
+    """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev)
+    split = split or cfg["dataset_cfg"]["test_split"]
+    data, feats = load_split_with_features(cfg, split)
+    img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
+    with torch.no_grad():
+        sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
+    return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
+                  "image_labels": data.image_labels}

@@ -1,0 +1,37 @@
+"""Helpers the Snakemake rules call (kept in the package so the Snakefile holds no logic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xmr.errors import XmrError
+
+RERANKERS = ("fr", "rr", "isoftmax", "dsl", "qbnorm", "csls")
+
+
+def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:
+    """``results/{dataset}/{target}.json`` -> (recipe, reranker): ``dvse_fr`` is recipe ``dvse`` + FR unless a
+    recipe file is literally called ``dvse_fr``."""
+    recipes = Path(config_dir) / "recipes" / dataset
+    if (recipes / f"{target}.yaml").exists():
+        return target, None
+    base, _, suffix = target.rpartition("_")
+    if suffix in RERANKERS and (recipes / f"{base}.yaml").exists():
+        return base, suffix
+    known = sorted(p.stem for p in recipes.glob("*.yaml"))
+    raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {recipes / (target + '.yaml')} "
+                   f"(recipes for {dataset}: {', '.join(known) or 'none'}; re-ranker suffixes: {', '.join(RERANKERS)})")
+
+
+def recipe_path(dataset: str, recipe: str, config_dir: str | Path = "config") -> str:
+    return str(Path(config_dir) / "recipes" / dataset / f"{recipe}.yaml")
+
+
+def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict:
+    """What a recipe's training needs: backbone key, feature dir and the dataset's splits."""
+    from xmr.config import load_run_config
+
+    cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
+    ds = cfg["dataset_cfg"]
+    return {"backbone": cfg["features"]["backbone"], "dir": cfg["features"]["dir"],
+            "splits": ["train", ds["val_split"], ds["test_split"]], "annotations": ds.get("annotations")}
