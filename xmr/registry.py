@@ -44,3 +44,14 @@ class Registry(Generic[T]):
 
     def items(self) -> list[tuple[str, Any]]:
         return sorted(self._entries.items())
+
+
+def import_submodules(package: str) -> None:
+    """Import every module of ``package`` so that their ``@REGISTRY.register`` decorators run."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")

@@ -1,8 +1,11 @@
-"""Datasets: readers for the real formats (Karpathy JSON, CUB, precomputed layouts) and the synthetic set."""
+"""Datasets: readers for the real formats (Karpathy JSON, CUB, precomputed layouts) and the synthetic set.
+
+Each reader module registers itself in ``DATASET_READERS`` and is discovered automatically.
+"""
 
 from xmr.data.base import DATASET_READERS, CaptionedSplit, load_split
+from xmr.registry import import_submodules
 
-# Each import registers its reader(s).
-from xmr.data import karpathy  # noqa: E402,F401
+import_submodules("xmr.data")
 
 __all__ = ["DATASET_READERS", "CaptionedSplit", "load_split"]

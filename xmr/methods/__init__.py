@@ -1,11 +1,11 @@
 """Method registry: one module per method, each registering a :class:`RetrievalModel` subclass.
 
-Adding a method = one module here (imported below) + one config file under ``config/methods``.
+Adding a method = one module here (discovered automatically) + one config file under ``config/methods``.
 """
 
 from xmr.methods.base import METHODS, RetrievalModel
+from xmr.registry import import_submodules
 
-# Each import registers its method(s).
-from xmr.methods import vsepp  # noqa: E402,F401
+import_submodules("xmr.methods")
 
 __all__ = ["METHODS", "RetrievalModel"]

@@ -106,4 +106,7 @@ class BertEncoder(TextEncoder):
 
 
 def build_text_encoder(text_cfg: dict, embed_dim: int, vocab_words: list[str] | None, seed: int = 0) -> TextEncoder:
+    from xmr.registry import import_submodules
+
+    import_submodules("xmr.models")  # encoders defined in other modules (e.g. precomputed features)
     return TEXT_ENCODERS.get(text_cfg["encoder"])(text_cfg, embed_dim, vocab_words, seed)

@@ -1,0 +1,42 @@
+"""Visual backbones for feature extraction (one module per family). Each entry builds a :class:`Backbone` from its config block.
+
+A backbone maps a batch of normalised images (B, 3, H, W) to local features (B, R, F) plus optional boxes.
+Weights always come from a local file (``weights:`` in config) or from a package that ships them; nothing is
+downloaded at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from xmr.registry import Registry, import_submodules
+
+BACKBONES: Registry[Callable[[dict], "Backbone"]] = Registry("backbone")
+
+
+class Backbone(nn.Module):
+    """Common interface: ``forward(images, boxes=None) -> (features (B,R,F), boxes (B,R,4) or None)``."""
+
+    name: str = "backbone"
+    feature_dim: int = 0
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    weights_sha256: str = "random-init"
+    needs_boxes: bool = False
+
+    def forward(self, images: torch.Tensor, boxes: list[torch.Tensor] | None = None):
+        raise NotImplementedError
+
+
+def grid_to_regions(fmap: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) conv map -> (B, H*W, C) grid 'regions' in row-major order."""
+    return fmap.flatten(2).transpose(1, 2)
+
+
+def build_backbone(cfg: dict) -> Backbone:
+    """Build the backbone named by ``cfg['name']`` in eval mode (one module per family in this package)."""
+    import_submodules("xmr.features.backbones")
+    return BACKBONES.get(cfg["name"])(cfg).eval()
