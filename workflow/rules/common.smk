@@ -24,13 +24,11 @@ wildcard_constraints:
 
 
 def res(kind, key):
-    """Resource `key` of rule kind `kind`; datasets listed in cpu_only_datasets never ask for a GPU."""
+    """Resource `key` of job kind `kind`: the dataset's own entry in config `resources`, else `default`."""
 
     def f(wildcards):
-        value = config["resources"][kind].get(key, 0)
-        if key == "gpu" and wildcards.get("dataset") in config["cpu_only_datasets"]:
-            return 0
-        return value
+        per_dataset = config["resources"].get(wildcards.get("dataset", ""), {}).get(kind, {})
+        return per_dataset.get(key, config["resources"]["default"][kind][key])
 
     return f
 

@@ -8,7 +8,8 @@ rule synth:
     log:
         "logs/synth.log",
     resources:
-        mem_mb=2000,
-        runtime=30,
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} synth --dataset synth --out data/synth > {log} 2>&1"

@@ -15,7 +15,7 @@ rule extract:
         "features/{dataset}/{backbone}/{split}.h5",
     log:
         "logs/extract/{dataset}_{backbone}_{split}.log",
-    threads: config["resources"]["extract"]["cpus_per_task"]
+    threads: res("extract", "cpus_per_task")
     resources:
         gpu=res("extract", "gpu"),
         mem_mb=res("extract", "mem_mb"),

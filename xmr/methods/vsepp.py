@@ -30,6 +30,9 @@ class VSEPP(RetrievalModel):
                 "max_violation": {"type": "boolean", "default": True,
                                   "description": "hardest negative (VSE++); false = sum of hinges (VSE0)"},
                 "reduction": {"enum": ["sum", "mean"], "default": "sum"},
+                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
+                                  "description": "sum of hinges before this epoch, then hardest negative "
+                                                 "(VSE∞'s vse_mean_warmup_epochs; avoids early collapse)"},
             }),
         },
     }
@@ -50,6 +53,6 @@ class VSEPP(RetrievalModel):
 
     def compute_loss(self, img, txt, pos_mask, epoch):
         loss_cfg = self.cfg["loss"]
-        loss = triplet_loss(img @ txt.t(), pos_mask, loss_cfg["margin"], loss_cfg["max_violation"],
-                            loss_cfg["reduction"])
+        hardest = loss_cfg["max_violation"] and epoch >= loss_cfg["warmup_epochs"]
+        loss = triplet_loss(img @ txt.t(), pos_mask, loss_cfg["margin"], hardest, loss_cfg["reduction"])
         return {"loss": loss}

@@ -39,3 +39,20 @@ def csv_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
+
+
+def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
+    """``summary.json`` (DVC metrics: target -> headline metrics), ``summary.md`` and ``summary.csv``."""
+    from pathlib import Path
+
+    from xmr.io import atomic_path, write_json
+
+    out = Path(out_dir)
+    rows = result_rows(result_paths)
+    metrics = {r["target"]: {k.replace(" ", "_").replace("@", ""): v for k, v in r.items()
+                             if k not in ("dataset", "target")} for r in rows}
+    write_json(out / "summary.json", metrics)
+    for name, text in (("summary.md", markdown_table(rows)), ("summary.csv", csv_table(rows))):
+        with atomic_path(out / name, ".tmp") as tmp:
+            tmp.write_text(text)
+    return metrics

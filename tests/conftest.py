@@ -1,0 +1,71 @@
+"""Shared fixtures: a tiny synthetic dataset with real EfficientNet-Lite0 features, built once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MLFLOW_ENABLE_TELEMETRY", "false")
+
+
+class TinySynth:
+    """A config dir + data + features for the `synth` dataset at toy size (64 px images, 2x2 grid)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config_dir = root / "config"
+        self.features_dir = root / "features"
+
+    def recipe(self, method: str, name: str | None = None, **sections) -> Path:
+        """Write a recipe extending the repo's config/methods/{method}.yaml with tiny sizes; returns its path.
+        ``sections`` deep-override (e.g. ``model={"embed_dim": 32}``, ``train={"epochs": 2}``)."""
+        from xmr.config import deep_merge
+
+        base = {
+            "extends": str(REPO / "config" / "methods" / f"{method}.yaml"),
+            "dataset": "synth",
+            "features": {"backbone": "efficientnet_lite0", "dir": str(self.features_dir)},
+            "model": {"embed_dim": 32},
+            "text": {"hidden_dim": 32},
+            "train": {"epochs": 1, "batch_size": 16, "val_max_images": 10},
+            "eval": {"batch_size": 32},
+            "tracking": {"enabled": False},
+        }
+        doc = deep_merge(base, sections)
+        path = self.config_dir / "recipes" / "synth" / f"{name or method}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+
+@pytest.fixture(scope="session")
+def tiny_synth(tmp_path_factory) -> TinySynth:
+    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.data import load_split
+    from xmr.data.synth import generate_synth
+    from xmr.features.extract import extract_features
+
+    root = tmp_path_factory.mktemp("tiny_synth")
+    cfg_dir = root / "config"
+    (cfg_dir / "datasets").mkdir(parents=True)
+    ds = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
+    ds.update(root=str(root / "data" / "synth"), annotations=str(root / "data" / "synth" / "dataset_synth.json"),
+              images=str(root / "data" / "synth" / "images"),
+              generate={"seed": 0, "n_train": 48, "n_val": 12, "n_test": 12, "image_size": 64})
+    (cfg_dir / "datasets" / "synth.yaml").write_text(yaml.safe_dump(ds))
+    (cfg_dir / "backbones.yaml").write_text(yaml.safe_dump(
+        {"efficientnet_lite0": {"name": "efficientnet_lite0", "input_size": 64, "batch_size": 16}}))
+    generate_synth(ds["root"], progress=False, captions_per_image=5, **ds["generate"])
+    dcfg = load_dataset_config("synth", cfg_dir)
+    bcfg = load_backbone_config("efficientnet_lite0", cfg_dir)
+    for split in ("train", "val", "test"):
+        extract_features(load_split(dcfg, split), bcfg, root / "features" / "synth" / "efficientnet_lite0" /
+                         f"{split}.h5", batch_size=16, workers=0, progress=False)
+    return TinySynth(root)

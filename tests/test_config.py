@@ -1,0 +1,82 @@
+"""Config loading: extends/overrides, schema defaults, and one clear error naming the key for bad input."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from xmr.config import apply_overrides, deep_merge, load_run_config
+from xmr.errors import XmrError
+
+from conftest import REPO
+
+
+def test_deep_merge_and_overrides():
+    base = {"a": {"b": 1, "c": [1, 2]}, "d": 1}
+    merged = deep_merge(base, {"a": {"c": [3]}, "e": 2})
+    assert merged == {"a": {"b": 1, "c": [3]}, "d": 1, "e": 2}
+    assert base["a"]["c"] == [1, 2]  # not mutated
+    assert apply_overrides(merged, ["a.b=0.5", "f.g=true"]) == {"a": {"b": 0.5, "c": [3]}, "d": 1, "e": 2,
+                                                               "f": {"g": True}}
+
+
+def test_repo_recipe_resolves_with_defaults():
+    cfg = load_run_config(REPO / "config" / "recipes" / "synth" / "vsepp.yaml")
+    assert cfg["method"] == "vsepp" and cfg["name"] == "vsepp"
+    assert cfg["loss"]["margin"] == 0.2 and cfg["loss"]["max_violation"] is True  # from config/methods/vsepp.yaml
+    assert cfg["model"]["embed_dim"] == 256  # the recipe overrides the method default (1024)
+    assert cfg["train"]["mask_same_image"] is True  # schema default filled in
+    assert cfg["dataset_cfg"]["captions_per_image"] == 5
+    assert cfg["backbone_cfg"]["name"] == "efficientnet_lite0"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("method=nosuchmethod", "method: unknown method 'nosuchmethod'"),
+    ("loss.margin=-0.2", "loss.margin: -0.2 is less than the minimum of 0"),
+    ("optim.lr=0", "optim.lr: 0 is less than or equal to the minimum of 0"),
+    ("train.epochs=two", "train.epochs: 'two' is not of type 'integer'"),
+    ("loss.marign=0.3", "loss: Additional properties are not allowed ('marign' was unexpected)"),
+])
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(XmrError) as e:
+        load_run_config(REPO / "config" / "recipes" / "synth" / "vsepp.yaml", [override])
+    assert message in str(e.value)
+    assert "vsepp.yaml" in str(e.value)
+
+
+def test_missing_key_is_named(tmp_path):
+    cfg_dir = tmp_path / "config"
+    (cfg_dir / "recipes" / "synth").mkdir(parents=True)
+    (cfg_dir / "datasets").mkdir()
+    (cfg_dir / "datasets" / "synth.yaml").write_text((REPO / "config/datasets/synth.yaml").read_text())
+    doc = yaml.safe_load((REPO / "config/methods/vsepp.yaml").read_text())
+    doc.update(dataset="synth", features={"backbone": "efficientnet_lite0"})
+    del doc["loss"]
+    path = cfg_dir / "recipes" / "synth" / "broken.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(XmrError, match=r"broken.yaml: missing required key 'loss'"):
+        load_run_config(path)
+
+
+def test_cli_bad_config_fails_before_work_without_traceback(tmp_path):
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "xmr", "train", "--config",
+                        str(REPO / "config/recipes/synth/vsepp.yaml"), "--out-dir", str(out),
+                        "--set", "loss.margin=-1"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"xmr train: error: {REPO / 'config/recipes/synth/vsepp.yaml'}: loss.margin: -1 is less than the minimum of 0"]
+    assert not out.exists()  # nothing written
+
+
+def test_missing_dataset_file_names_path_and_remedy(tmp_path):
+    from xmr.config import load_dataset_config
+    from xmr.data import load_split
+
+    ds = load_dataset_config("synth", REPO / "config")
+    ds["annotations"] = str(tmp_path / "nowhere" / "dataset_synth.json")
+    with pytest.raises(XmrError) as e:
+        load_split(ds, "train")
+    assert str(tmp_path / "nowhere" / "dataset_synth.json") in str(e.value)
+    assert "xmr synth" in str(e.value)

@@ -1,0 +1,111 @@
+"""DVSE Fig. 6: the correlation matrix of an image's K sub-embeddings, from a trained set-based run.
+
+Works for any run whose model returns image sets (B, K, D) (dvse, pvse, dive). ``kind`` picks the vectors:
+``embeddings`` (what retrieval uses, v^k) or ``residuals`` (DVSE/PVSE's attention residuals v̂^k, on which the
+orthogonal constraint acts; DivE's slots before the global feature is added).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from xmr.errors import XmrError
+
+KINDS = ("embeddings", "residuals")
+MEASURES = ("cosine", "pearson")
+
+
+def _set_vectors(model, feats: torch.Tensor, num_regions: torch.Tensor, kind: str) -> torch.Tensor:
+    emb = model.encode_image(feats, num_regions)
+    if emb.ndim != 3:
+        raise XmrError(f"method {model.cfg['method']!r} gives one image embedding, not a set of sub-embeddings; "
+                       f"the correlation matrix needs a set-based run (dvse, pvse, dive)")
+    if kind == "embeddings":
+        return emb
+    aux = getattr(model, "_aux", {})
+    vecs = aux.get("image_residuals", aux.get("image_slots"))
+    if vecs is None:
+        raise XmrError(f"method {model.cfg['method']!r} has no sub-embedding residuals; use kind embeddings")
+    return vecs
+
+
+@torch.no_grad()
+def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = None, kind: str = "embeddings",
+                             measure: str = "cosine", absolute: bool = False, max_images: int | None = None,
+                             device: str = "auto") -> np.ndarray:
+    """(K, K) symmetric matrix with unit diagonal: the correlation of sub-embeddings k and l, averaged over the
+    images of ``split`` (default: the test split).
+
+    ``measure``: ``cosine`` (the correlation L_dc penalises) or ``pearson`` (vectors centred over their D
+    dimensions first). ``absolute``: average |correlation| instead.
+    """
+    from torch.utils.data import DataLoader
+
+    from xmr.train.data import ImageDataset, collate_images, load_split_with_features
+    from xmr.train.trainer import load_trained
+    from xmr.utils import resolve_device
+
+    if kind not in KINDS:
+        raise XmrError(f"kind {kind!r}: choose one of {', '.join(KINDS)}")
+    if measure not in MEASURES:
+        raise XmrError(f"measure {measure!r}: choose one of {', '.join(MEASURES)}")
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev)
+    split = split or cfg["dataset_cfg"]["test_split"]
+    data, feats = load_split_with_features(cfg, split)
+    n = data.num_images if max_images is None else min(max_images, data.num_images)
+    loader = DataLoader(ImageDataset(feats, list(range(n)), cfg["features"]["max_regions"]),
+                        batch_size=cfg["eval"]["batch_size"], collate_fn=collate_images)
+    total, count = None, 0
+    for b in loader:
+        x = _set_vectors(model, b["feats"].to(dev), b["num_regions"].to(dev), kind).double()
+        if measure == "pearson":
+            x = x - x.mean(dim=-1, keepdim=True)
+        x = torch.nn.functional.normalize(x, dim=-1)
+        corr = x @ x.transpose(1, 2)  # (B, K, K)
+        if absolute:
+            corr = corr.abs()
+        total = corr.sum(0) if total is None else total + corr.sum(0)
+        count += x.shape[0]
+    if not count:
+        raise XmrError(f"split {split!r} of {cfg['dataset']} has no images")
+    return (total / count).cpu().numpy()
+
+
+def plot_subembedding_correlation(matrix: np.ndarray, out_png: str | os.PathLike, title: str | None = None) -> None:
+    """Heat map of a (K, K) correlation matrix (values written in the cells), saved as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from xmr.io import atomic_path
+
+    m = np.asarray(matrix, dtype=float)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise XmrError(f"correlation matrix must be square (K, K), got shape {m.shape}")
+    k = m.shape[0]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.6 * k, 0.8 + 0.6 * k))
+    im = ax.imshow(m, vmin=-1.0 if m.min() < 0 else 0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(k), [str(i + 1) for i in range(k)])
+    ax.set_yticks(range(k), [str(i + 1) for i in range(k)])
+    ax.set_xlabel("sub-embedding")
+    ax.set_ylabel("sub-embedding")
+    if k <= 12:
+        for i in range(k):
+            for j in range(k):
+                ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if m[i, j] > 0.6 else "white")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    with atomic_path(out_png, ".png") as tmp:
+        fig.savefig(tmp, dpi=150, format="png")
+    plt.close(fig)
+
+
+__all__ = ["subembedding_correlation", "plot_subembedding_correlation"]
