@@ -24,3 +24,34 @@ rule extract:
     shell:
         "{XMR} extract --dataset {wildcards.dataset} --backbone {wildcards.backbone} --split {wildcards.split}"
         " --out {output} --workers {threads} --no-progress > {log} 2>&1"
+
+
+# The SCAN/VSE∞ precomputed download *is* the BUTD R101 fixed-36 feature set: when data/{dataset}/precomp/
+# holds it, import it (in the dataset's Karpathy order) instead of extracting with detectron2. Without that
+# folder Snakemake falls back to `extract`. Other imports (BUTD TSV): `xmr import-features`, docs/datasets.md.
+def scan_precomp_inputs(wc):
+    from xmr.config import load_dataset_config
+    from xmr.features.importers import scan_source_split
+
+    ds = load_dataset_config(wc.dataset)
+    src = scan_source_split(ds, wc.split)
+    return {"ims": f"data/{wc.dataset}/precomp/{src}_ims.npy", "caps": f"data/{wc.dataset}/precomp/{src}_caps.txt",
+            "annotations": ds.get("annotations", [])}
+
+
+ruleorder: import_scan > extract
+
+
+rule import_scan:
+    input:
+        unpack(scan_precomp_inputs),
+    output:
+        "features/{dataset}/butd_r101_k36/{split}.h5",
+    log:
+        "logs/import/{dataset}_butd_r101_k36_{split}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("extract", "runtime"),
+    shell:
+        "{XMR} import-features --format scan --src data/{wildcards.dataset}/precomp --dataset {wildcards.dataset}"
+        " --split {wildcards.split} --out {output} --no-progress > {log} 2>&1"

