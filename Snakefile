@@ -3,8 +3,11 @@
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"
+include: "workflow/rules/text_features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/experiments.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

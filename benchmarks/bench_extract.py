@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from xmr.config import load_backbone_config  # noqa: E402
 from xmr.data import load_split  # noqa: E402
 from xmr.features.backbones import build_backbone  # noqa: E402
-from xmr.features.extract import extract_features, tune_cpu_allocator  # noqa: E402
+from xmr.features.extract import extract_features  # noqa: E402
+from xmr.utils import tune_cpu_allocator  # noqa: E402
 from xmr.utils import resolve_device  # noqa: E402
 
 

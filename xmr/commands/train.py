@@ -4,17 +4,52 @@ HELP = "train a run config (config/recipes/DATASET/RECIPE.yaml); resumes from OU
 
 
 def add_arguments(p):
-    p.add_argument("--config", required=True, help="run config YAML")
+    p.add_argument("--config", help="run config YAML (or --experiment + --variant)")
+    p.add_argument("--experiment", help="experiment file or name (config/experiments/NAME.yaml): train one variant")
+    p.add_argument("--variant", help="with --experiment: the variant to train")
+    p.add_argument("--dataset", help="with --experiment: dataset (default: the experiment's first)")
     p.add_argument("--out-dir", required=True, help="run directory (checkpoints, history, config)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
     p.add_argument("--no-resume", action="store_true", help="start over even if OUT_DIR/last.pt exists")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                   help="DDP processes (GPUs) per node; > 1 starts them with --launcher (xmr/train/distributed.py)")
+    p.add_argument("--nnodes", type=int, default=1, metavar="M", help="nodes (several need SLURM)")
+    p.add_argument("--launcher", default="auto", choices=["auto", "srun", "torchrun"],
+                   help="auto: srun inside a SLURM job, else torchrun --standalone")
+
+
+def _source(args) -> list[str]:
+    """The run config's source as CLI arguments (--config, or --experiment/--variant/--dataset)."""
+    from xmr.errors import XmrError
+
+    if bool(args.config) == bool(args.experiment) or bool(args.experiment) != bool(args.variant):
+        raise XmrError("give either --config FILE or --experiment FILE --variant NAME")
+    if args.config:
+        return ["--config", args.config]
+    return ["--experiment", args.experiment, "--variant", args.variant] + (["--dataset", args.dataset]
+                                                                          if args.dataset else [])
 
 
 def run(args):
+    from xmr.train import distributed
+
+    source = _source(args)
+    if args.nproc_per_node * args.nnodes > 1 and not distributed.already_launched():
+        child = ["train", *source, "--out-dir", args.out_dir]
+        child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
+        child += ["--no-progress"] if args.no_progress else []
+        return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)
+
     from xmr.config import load_run_config
     from xmr.train.trainer import train
 
-    cfg = load_run_config(args.config, args.set)
+    if args.experiment:
+        from xmr.experiments import load_experiment, resolve_variant
+
+        cfg = resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
+    else:
+        cfg = load_run_config(args.config, args.set)
     summary = train(cfg, args.out_dir, resume=not args.no_resume, progress=not args.no_progress)
-    print(f"best validation RSUM {summary['best_val_rsum']:.1f} at epoch {summary['best_epoch']} -> {args.out_dir}")
+    if summary["best_epoch"] > 0:  # DDP: only rank 0 validates
+        print(f"best validation RSUM {summary['best_val_rsum']:.1f} at epoch {summary['best_epoch']} -> {args.out_dir}")

@@ -1,35 +1,91 @@
-"""Results tables (Markdown / CSV) from ``results/{dataset}/*.json``."""
+"""Results tables (Markdown / CSV) from ``results/{dataset}/*.json``.
+
+``result_rows`` reads results files (one row each: the headline protocol); ``markdown_table``/``csv_table``
+format rows; ``write_summary`` writes ``summary.{json,md,csv}`` (the ``summary`` rule; ``summary.md`` is the
+README table: method, R@1/5/10 both directions, RSUM and training time).
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import os
-from typing import Iterable
+from pathlib import Path
+from typing import Any, Iterable
 
 from xmr.io import read_json
 
-COLUMNS = ["dataset", "target", "protocol", "i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10",
-           "RSUM"]
+RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM"]
+# summary.md (the README table): what was trained, how well, and how long it took
+SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min)"]
 
 
-def result_rows(paths: Iterable[str | os.PathLike]) -> list[dict]:
+def run_dir_of(result: dict, runs_root: str | os.PathLike = "runs") -> Path:
+    """The run directory a results file was computed from: ``run_dir`` when the file records it, else the
+    workflow's layout (``runs/{dataset}/{recipe}``; experiment variants ``{experiment}.{variant}`` live in
+    ``runs/{dataset}/exp/{experiment}/{variant}``)."""
+    if result.get("run_dir"):
+        return Path(result["run_dir"])
+    recipe = str(result["recipe"])
+    if "." in recipe:
+        experiment, variant = recipe.split(".", 1)
+        return Path(runs_root) / result["dataset"] / "exp" / experiment / variant
+    return Path(runs_root) / result["dataset"] / recipe
+
+
+def train_seconds(run_dir: str | os.PathLike) -> float | None:
+    """``train_seconds`` from a run's ``train.json`` (None when the run or the field is missing)."""
+    p = Path(run_dir) / "train.json"
+    if not p.exists():
+        return None
+    value = read_json(p).get("train_seconds")
+    return float(value) if value is not None else None
+
+
+def metric_row(metrics: dict) -> dict[str, Any]:
+    """Recall and RSUM columns of one protocol's metrics (``rsum`` absent for class-level protocols: the sum of
+    the six recalls is used then, as RSUM is defined)."""
+    row: dict[str, Any] = {f"{d} R@{k}": metrics.get(d, {}).get(f"r{k}") for d in ("i2t", "t2i") for k in (1, 5, 10)}
+    rsum = metrics.get("rsum")
+    if rsum is None and all(row[c] is not None for c in RECALLS):
+        rsum = sum(row[c] for c in RECALLS)
+    row["RSUM"] = rsum
+    for d in ("i2t", "t2i"):
+        if "r_precision" in metrics.get(d, {}):
+            row[f"{d} R-P"] = metrics[d]["r_precision"]
+    return row
+
+
+def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike = "runs",
+                all_protocols: bool = False) -> list[dict]:
+    """One row per results file (its headline protocol), or per file x protocol with ``all_protocols``."""
     rows = []
     for p in paths:
         r = read_json(p)
-        target = r["recipe"] + ("" if r.get("rerank", "none") == "none" else f"_{r['rerank']}")
-        rows.append({"dataset": r["dataset"], "target": target, "protocol": r["protocol"],
-                     **{f"{d} R@{k}": r[d][f"r{k}"] for d in ("i2t", "t2i") for k in (1, 5, 10)},
-                     "RSUM": r["rsum"]})
+        rerank = r.get("rerank", "none") or "none"
+        target = r["recipe"] + ("" if rerank == "none" else f"_{rerank}")
+        secs = train_seconds(run_dir_of(r, runs_root))
+        protocols = r.get("protocols") or {r["protocol"]: r}
+        names = list(protocols) if all_protocols else [r["protocol"]]
+        for name in names:
+            rows.append({"dataset": r["dataset"], "target": target, "recipe": r["recipe"], "method": r.get("method"),
+                         "rerank": rerank, "protocol": name, **metric_row(protocols.get(name, r)),
+                         "train (min)": None if secs is None else secs / 60.0, "path": str(p)})
     return rows
 
 
-def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
-    def fmt(v):
-        return f"{v:.1f}" if isinstance(v, float) else str(v)
+def fmt(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
 
+
+def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -41,18 +97,21 @@ def csv_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     return buf.getvalue()
 
 
-def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathLike) -> dict:
-    """``summary.json`` (DVC metrics: target -> headline metrics), ``summary.md`` and ``summary.csv``."""
-    from pathlib import Path
-
+def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathLike,
+                  runs_root: str | os.PathLike = "runs") -> dict:
+    """``summary.json`` (DVC metrics: target -> headline metrics), ``summary.md`` (the README table, with the
+    training time from each run's ``train.json``) and ``summary.csv``."""
     from xmr.io import atomic_path, write_json
 
     out = Path(out_dir)
-    rows = result_rows(result_paths)
-    metrics = {r["target"]: {k.replace(" ", "_").replace("@", ""): v for k, v in r.items()
-                             if k not in ("dataset", "target")} for r in rows}
+    rows = result_rows(result_paths, runs_root)
+    keep = ["protocol", *RECALLS, "RSUM"]
+    metrics = {r["target"]: {k.replace(" ", "_").replace("@", ""): r[k] for k in keep} for r in rows}
     write_json(out / "summary.json", metrics)
-    for name, text in (("summary.md", markdown_table(rows)), ("summary.csv", csv_table(rows))):
+    note = ("\nTraining time: `train_seconds` of each run's `train.json` (all epochs, validation included), on "
+            "the machine that ran the workflow.\n")
+    for name, text in (("summary.md", markdown_table(rows, SUMMARY_COLUMNS) + note),
+                       ("summary.csv", csv_table(rows, SUMMARY_COLUMNS))):
         with atomic_path(out / name, ".tmp") as tmp:
             tmp.write_text(text)
     return metrics

@@ -30,7 +30,7 @@ from xmr.train.checkpoint import load_checkpoint, save_checkpoint
 from xmr.train.data import (CaptionCollate, CaptionDataset, ImageDataset, PairCollate, PairDataset,
                             collate_images, feature_path, load_split_with_features)
 from xmr.train.schedule import lr_factor
-from xmr.utils import resolve_device, seed_everything
+from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 
 
 def build_model(cfg: dict, image_dim: int, vocab_words: list[str] | None) -> RetrievalModel:
@@ -117,6 +117,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     ctx = dist.setup()
     device = resolve_device(cfg["train"]["device"]) if not ctx.enabled else ctx.device
     tcfg, ocfg = cfg["train"], cfg["optim"]
+    if device.type == "cpu":
+        tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
         torch.use_deterministic_algorithms(True, warn_only=True)

@@ -1,0 +1,122 @@
+# The results report (config/report.yaml; docs/report.md), the FR scale grid (DVSE Fig. 7) and the README table.
+#
+#   snakemake -c2 reports/synth/report.html      # report.html (self-contained) + report.md + PNGs
+#   snakemake -c2 reports/synth/summary.md       # README table: method x R@1/5/10 both ways, RSUM, train time
+#   snakemake -c2 results/synth/fr_grid/dvse/val/fr_grid.json
+
+from pathlib import Path
+
+from xmr.experiments import load_experiment
+from xmr.report.settings import report_methods, report_settings
+
+
+def split_features(wc):
+    info = recipe_features(wc.dataset, wc.recipe)
+    names = dict(zip(["train", "val", "test"], info["splits"]))
+    return f"{info['dir']}/{wc.dataset}/{info['backbone']}/{names.get(wc.split, wc.split)}.h5"
+
+
+rule score_split:
+    # any split's similarities (FR is tuned on validation); the test split is rule `score`'s
+    input:
+        ckpt="runs/{dataset}/{recipe}/best.pt",
+        features=split_features,
+    output:
+        "runs/{dataset}/{recipe}/{split}_sims.npy",
+    log:
+        "logs/score/{dataset}_{recipe}_{split}.log",
+    resources:
+        gpu=res("score", "gpu"),
+        mem_mb=res("score", "mem_mb"),
+        runtime=res("score", "runtime"),
+        cpus_per_task=res("score", "cpus_per_task"),
+    shell:
+        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.recipe} --split {wildcards.split} --out {output}"
+        " --no-progress > {log} 2>&1"
+
+
+ruleorder: score > score_split
+
+
+def fr_grid_values(wc, key):
+    return " ".join(f"{v:g}" for v in report_settings(wc.dataset)["fr_grid"][key])
+
+
+rule fr_grid:
+    input:
+        summary="runs/{dataset}/{recipe}/train.json",
+        sims="runs/{dataset}/{recipe}/{split}_sims.npy",
+        settings="config/report.yaml",
+    output:
+        json="results/{dataset}/fr_grid/{recipe}/{split}/fr_grid.json",
+        csv="results/{dataset}/fr_grid/{recipe}/{split}/fr_grid.csv",
+        png="results/{dataset}/fr_grid/{recipe}/{split}/fr_grid.png",
+    params:
+        gammas=lambda wc: fr_grid_values(wc, "gammas"),
+        lambdas=lambda wc: fr_grid_values(wc, "lambdas"),
+    log:
+        "logs/fr_grid/{dataset}_{recipe}_{split}.log",
+    resources:
+        gpu=res("score", "gpu"),
+        mem_mb=res("score", "mem_mb"),
+        runtime=res("score", "runtime"),
+        cpus_per_task=res("score", "cpus_per_task"),
+    shell:
+        "{XMR} fr-grid --run runs/{wildcards.dataset}/{wildcards.recipe} --sims {input.sims} --split {wildcards.split}"
+        " --gammas {params.gammas} --lambdas {params.lambdas}"
+        " --out-dir results/{wildcards.dataset}/fr_grid/{wildcards.recipe}/{wildcards.split} > {log} 2>&1"
+
+
+def report_recipes(wc):
+    return [r for r in report_methods(wc.dataset, report_settings(wc.dataset))
+            if Path(recipe_path(wc.dataset, r)).exists()]
+
+
+def report_inputs(wc):
+    """Everything the report of a dataset shows (config/report.yaml): results of its recipes x re-rankers, the
+    experiment tables, the FR grids; `xmr report` itself also works on whatever subset exists."""
+    s = report_settings(wc.dataset)
+    recipes = report_recipes(wc)
+    out = [f"results/{wc.dataset}/{r}.json" if rr == "none" else f"results/{wc.dataset}/{r}_{rr}.json"
+           for r in recipes for rr in s["rerank"]]
+    out += [f"runs/{wc.dataset}/{r}/train.json" for r in recipes]
+    out += [f"results/{wc.dataset}/exp/{e}/table.md" for e in s["experiments"]
+            if wc.dataset in load_experiment(e).datasets]
+    out += [f"results/{wc.dataset}/fr_grid/{r}/{s['fr_grid']['split']}/fr_grid.json" for r in s["fr_grid"]["recipes"]
+            if r in recipes]
+    out += [f"runs/{wc.dataset}/{r}/best.pt" for r in s["subembeddings"]["recipes"] if r in recipes]
+    return out + ["config/report.yaml"]
+
+
+rule report:
+    input:
+        report_inputs,
+    output:
+        html="reports/{dataset}/report.html",
+        md="reports/{dataset}/report.md",
+    log:
+        "logs/report/{dataset}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} report --dataset {wildcards.dataset} --out-dir reports/{wildcards.dataset} > {log} 2>&1"
+
+
+rule report_summary:
+    # the README table of a dataset's recipes (plain): summary.md has method, recalls, RSUM and training time
+    input:
+        lambda wc: [f"results/{wc.dataset}/{r}.json" for r in report_recipes(wc)],
+    output:
+        json="reports/{dataset}/summary.json",
+        md="reports/{dataset}/summary.md",
+        csv="reports/{dataset}/summary.csv",
+    log:
+        "logs/report/{dataset}_summary.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} summarize {input} --out-dir reports/{wildcards.dataset} > {log} 2>&1"

@@ -1,0 +1,318 @@
+"""Report figures built from run directories: training curves, retrieval examples, sub-embedding attention maps.
+
+Every function reads files (``history.csv``, ``test_sims.npy``, the dataset's images, a checkpoint) and writes one
+PNG; nothing is typed in by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.errors import XmrError
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out_png: str | os.PathLike, dpi: int = 100) -> None:
+    from xmr.io import atomic_path
+
+    with atomic_path(out_png, ".png") as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    _plt().close(fig)
+
+
+# -- training curves -----------------------------------------------------------------------------------------------
+
+def load_history(run_dir: str | os.PathLike) -> list[dict[str, float]]:
+    """Rows of ``history.csv`` (numbers as floats; empty cells dropped)."""
+    path = Path(run_dir) / "history.csv"
+    if not path.exists():
+        raise XmrError(f"{path}: no training history; train the run first")
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({k: float(v) for k, v in r.items() if v not in ("", None)})
+    return rows
+
+
+def plot_training_curves(histories: dict[str, list[dict[str, float]]], out_png: str | os.PathLike,
+                         title: str | None = None) -> None:
+    """Validation RSUM and training loss (relative to epoch 1, so methods with different loss scales share an
+    axis) per epoch, one line per run."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name, rows in histories.items():
+        val = [(r["epoch"], r["val_rsum"]) for r in rows if "val_rsum" in r]
+        if val:
+            axes[0].plot(*zip(*val), marker=".", label=name)
+        loss = [(r["epoch"], r["loss"]) for r in rows if "loss" in r]
+        if loss and loss[0][1] != 0:
+            axes[1].plot([e for e, _ in loss], [v / loss[0][1] for _, v in loss], marker=".", label=name)
+    axes[0].set_ylabel("validation RSUM")
+    axes[1].set_ylabel("training loss / loss of epoch 1")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(title or "training curves", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+# -- retrieval examples ----------------------------------------------------------------------------------------------
+
+def rank_order(scores: np.ndarray) -> np.ndarray:
+    """Indices by descending score; ties keep index order (display only; the evaluator ranks ties pessimistically)."""
+    return np.argsort(-np.asarray(scores), kind="stable")
+
+
+def pick_queries(n: int, k: int, seed: int) -> list[int]:
+    if n <= 0 or k <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(n, size=min(k, n), replace=False))
+
+
+def _load_image(path: Path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def _frame(ax, colour: str, width: float = 4.0) -> None:
+    for s in ax.spines.values():
+        s.set_visible(True)
+        s.set_edgecolor(colour)
+        s.set_linewidth(width)
+
+
+def plot_text_to_image(queries: list[dict], out_png: str | os.PathLike, title: str | None = None) -> None:
+    """One row per query caption: its top-k images (ground truth framed green) and, if not among them, the ground
+    truth image with its rank. ``queries``: ``{caption, ranked: [(path, is_gt)], gt_path, gt_rank}``."""
+    plt = _plt()
+    k = max(len(q["ranked"]) for q in queries)
+    cols = k + 1
+    fig, axes = plt.subplots(len(queries), cols, figsize=(1.9 * cols, 2.35 * len(queries)), squeeze=False)
+    for row, q in zip(axes, queries):
+        for j, ax in enumerate(row):
+            ax.set_xticks([])
+            ax.set_yticks([])
+            for s in ax.spines.values():
+                s.set_visible(False)
+        for j, (path, is_gt) in enumerate(q["ranked"]):
+            ax = row[j]
+            ax.imshow(_load_image(path))
+            ax.set_title(f"#{j + 1}" + ("  ✓ GT" if is_gt else ""), fontsize=8, color="green" if is_gt else "black")
+            _frame(ax, "green" if is_gt else "lightgrey", 4 if is_gt else 1)
+        last = row[-1]
+        if q["gt_rank"] >= len(q["ranked"]):
+            last.imshow(_load_image(q["gt_path"]))
+            last.set_title(f"GT at rank {q['gt_rank'] + 1}", fontsize=8, color="darkred")
+            _frame(last, "darkred", 2)
+        else:
+            last.set_visible(False)
+        row[0].set_ylabel("\n".join(textwrap.wrap(f"“{q['caption']}”", 26)), fontsize=7.5, rotation=0,
+                          ha="right", va="center", labelpad=8)
+    fig.suptitle(title or "text → image", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+def plot_image_to_text(queries: list[dict], out_png: str | os.PathLike, title: str | None = None) -> None:
+    """One row per query image: the image and its top-k captions (ground-truth captions in green with ✓).
+    ``queries``: ``{image_path, ranked: [(caption, is_gt)], gt_rank}``."""
+    plt = _plt()
+    fig, axes = plt.subplots(len(queries), 2, figsize=(10, 2.4 * len(queries)), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 3.2]})
+    for (ax_img, ax_txt), q in zip(axes, queries):
+        ax_img.imshow(_load_image(q["image_path"]))
+        ax_img.set_xticks([])
+        ax_img.set_yticks([])
+        ax_txt.axis("off")
+        n = len(q["ranked"])
+        for j, (caption, is_gt) in enumerate(q["ranked"]):
+            text = f"#{j + 1}  " + ("✓ " if is_gt else "✗ ") + textwrap.shorten(caption, 95)
+            ax_txt.text(0.0, 1.0 - (j + 0.5) / (n + 1), text, fontsize=8.5, va="center",
+                        color="green" if is_gt else "black", transform=ax_txt.transAxes)
+        note = ("first ground-truth caption at rank " + str(q["gt_rank"] + 1)) if q["gt_rank"] >= n else ""
+        if note:
+            ax_txt.text(0.0, 1.0 - (n + 0.5) / (n + 1), note, fontsize=8, color="darkred", transform=ax_txt.transAxes)
+    fig.suptitle(title or "image → text", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+def retrieval_examples(run_dir: str | os.PathLike, sims_path: str | os.PathLike, out_dir: str | os.PathLike,
+                       queries: int = 2, top_k: int = 5, seed: int = 0, split: str | None = None) -> dict[str, str]:
+    """``examples_t2i.png`` and ``examples_i2t.png`` in ``out_dir`` from a run's similarity matrix and its dataset's
+    images; returns {direction: path}. Raises XmrError when the images are not on disk."""
+    from xmr.config import load_yaml
+    from xmr.data import load_split
+
+    run_dir = Path(run_dir)
+    cfg = load_yaml(run_dir / "config.yaml")
+    ds = cfg["dataset_cfg"]
+    data = load_split(ds, split or ds["test_split"])
+    sims = np.load(sims_path)
+    if sims.shape != (data.num_images, data.num_captions):
+        raise XmrError(f"{sims_path}: shape {sims.shape} does not match split {data.split!r} "
+                       f"({data.num_images} images x {data.num_captions} captions)")
+    missing = [p for p in data.image_paths if not Path(p).exists()]
+    if not data.image_paths or missing:
+        raise XmrError(f"images of {cfg['dataset']} {data.split} are not on disk "
+                       f"(e.g. {missing[0] if missing else 'no image paths'})")
+    cap_img = np.asarray(data.caption_image)
+    k = min(top_k, data.num_images, data.num_captions)
+    t2i = []
+    for j in pick_queries(data.num_captions, queries, seed):
+        order = rank_order(sims[:, j])
+        gt = int(cap_img[j])
+        t2i.append({"caption": data.captions[j], "gt_path": data.image_paths[gt],
+                    "gt_rank": int(np.nonzero(order == gt)[0][0]),
+                    "ranked": [(data.image_paths[i], int(i) == gt) for i in order[:k]]})
+    i2t = []
+    for i in pick_queries(data.num_images, queries, seed + 1):
+        order = rank_order(sims[i])
+        is_gt = cap_img[order] == i
+        i2t.append({"image_path": data.image_paths[i], "gt_rank": int(np.argmax(is_gt)) if is_gt.any() else k,
+                    "ranked": [(data.captions[j], bool(g)) for j, g in zip(order[:k], is_gt[:k])]})
+    out = Path(out_dir)
+    name = cfg["name"]
+    paths = {}
+    if t2i:
+        paths["t2i"] = str(out / "examples_t2i.png")
+        plot_text_to_image(t2i, paths["t2i"], f"text → image: top-{k} of {name} ({cfg['dataset']} {data.split})")
+    if i2t:
+        paths["i2t"] = str(out / "examples_i2t.png")
+        plot_image_to_text(i2t, paths["i2t"], f"image → text: top-{k} of {name} ({cfg['dataset']} {data.split})")
+    return paths
+
+
+# -- sub-embedding attention (DVSE Fig. 10) ------------------------------------------------------------------------
+
+def image_attention(model, feats, num_regions) -> tuple[np.ndarray, np.ndarray | None]:
+    """(attention (B, K, R), mask (B, K) or None) of a set-based model's image heads.
+
+    Uses ``model._aux["image_attention"]`` when the method records it on ``encode_image``; otherwise PIE-Net
+    heads (PVSE, DVSE) are asked directly (their attention does not depend on the dynamic mask)."""
+    import torch
+
+    with torch.no_grad():
+        model.encode_image(feats, num_regions)
+        aux = getattr(model, "_aux", {}) or {}
+        attn = aux.get("image_attention")
+        if attn is None:
+            head = getattr(model, "image_head", None)
+            pie = getattr(head, "pie", None)
+            if pie is None:
+                raise XmrError(f"method {model.cfg['method']!r} exposes no per-sub-embedding attention (needs "
+                               f"PIE-Net image heads, or _aux['image_attention'] set in encode_image)")
+            _, attn = pie.attention(feats, num_regions)
+        mask = aux.get("mask")
+    return attn.float().cpu().numpy(), None if mask is None else mask.float().cpu().numpy()
+
+
+def attention_to_pixels(weights: np.ndarray, size: tuple[int, int], boxes: np.ndarray | None = None) -> np.ndarray:
+    """A (H, W) map of one head's attention over the image: grid features (R = g x g cells, row-major) are
+    upsampled bilinearly; region features spread each region's weight over its box (overlaps add up)."""
+    from PIL import Image
+
+    w, h = size
+    if boxes is not None:
+        heat = np.zeros((h, w), dtype=np.float64)
+        for a, (x1, y1, x2, y2) in zip(weights, boxes):
+            heat[max(0, int(y1)):max(0, int(np.ceil(y2))), max(0, int(x1)):max(0, int(np.ceil(x2)))] += a
+        return heat
+    r = len(weights)
+    g = int(round(np.sqrt(r)))
+    if g * g != r:
+        raise XmrError(f"{r} grid cells are not a square grid; cannot place attention on the image")
+    cell = Image.fromarray(np.asarray(weights, dtype=np.float32).reshape(g, g), mode="F")
+    return np.asarray(cell.resize((w, h), Image.BILINEAR), dtype=np.float64)
+
+
+def plot_attention_maps(items: list[dict], out_png: str | os.PathLike, title: str | None = None) -> None:
+    """One row per image: the image, then each sub-embedding's attention over it. ``items``:
+    ``{image_path, maps: [(H, W) arrays], mask: (K,) or None}``."""
+    plt = _plt()
+    k = max(len(it["maps"]) for it in items)
+    fig, axes = plt.subplots(len(items), k + 1, figsize=(1.8 * (k + 1), 2.15 * len(items) + 0.3), squeeze=False)
+    for row, it in zip(axes, items):
+        img = np.asarray(_load_image(it["image_path"]))
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        row[0].imshow(img)
+        row[0].set_title("image", fontsize=8)
+        for j, heat in enumerate(it["maps"]):
+            ax = row[j + 1]
+            ax.imshow(img)
+            hi = heat.max()
+            ax.imshow(heat / hi if hi > 0 else heat, cmap="jet", alpha=0.5, vmin=0, vmax=1)
+            off = it["mask"] is not None and it["mask"][j] == 0
+            ax.set_title(f"k={j + 1}" + (" (masked)" if off else ""), fontsize=8, color="grey" if off else "black")
+        for ax in row[len(it["maps"]) + 1:]:
+            ax.set_visible(False)
+    fig.suptitle(title or "sub-embedding attention", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, images: int = 2, seed: int = 0,
+                     split: str | None = None, device: str = "cpu") -> dict[str, Any]:
+    """DVSE Fig. 10 from a trained set-based run: the attention of each image sub-embedding over test images."""
+    import torch
+
+    from xmr.train.data import load_split_with_features
+    from xmr.train.trainer import load_trained
+
+    model, cfg = load_trained(run_dir, device)
+    split = split or cfg["dataset_cfg"]["test_split"]
+    data, feats = load_split_with_features(cfg, split)
+    picks = pick_queries(data.num_images, images, seed)
+    if not picks:
+        raise XmrError(f"no images to show for {run_dir}")
+    boxes = feats.boxes()
+    sizes = feats.image_sizes()
+    items = []
+    for i in picks:
+        n = int(feats.num_regions[i])
+        x = torch.from_numpy(np.asarray(feats[i][:n], dtype=np.float32))[None].to(device)
+        attn, mask = image_attention(model, x, torch.tensor([n], device=device))
+        path = Path(data.image_paths[i]) if data.image_paths else None
+        if path is None or not path.exists():
+            raise XmrError(f"image {data.image_ids[i]} of {cfg['dataset']} {split} is not on disk ({path})")
+        from PIL import Image
+
+        with Image.open(path) as im:
+            size = im.size
+        b = None
+        if boxes is not None:
+            b = boxes[i][:n].astype(np.float64)
+            if sizes is not None and tuple(sizes[i]) != size:  # boxes are in original-image pixels
+                b = b * np.array([size[0] / sizes[i][0], size[1] / sizes[i][1]] * 2)
+        items.append({"image_path": path, "maps": [attention_to_pixels(a, size, b) for a in attn[0]],
+                      "mask": None if mask is None else mask[0]})
+    plot_attention_maps(items, out_png, f"attention of each image sub-embedding: {cfg['name']} ({cfg['dataset']} "
+                                        f"{split})")
+    return {"images": [data.image_ids[i] for i in picks], "num_embeds": len(items[0]["maps"])}
+
+
+__all__ = ["load_history", "plot_training_curves", "retrieval_examples", "plot_text_to_image",
+           "plot_image_to_text", "image_attention", "attention_to_pixels", "plot_attention_maps", "attention_figure",
+           "rank_order", "pick_queries"]
