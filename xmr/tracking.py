@@ -1,17 +1,31 @@
-"""MLflow tracking: one experiment per dataset (``xmr/{dataset}``), one run per trained recipe.
+"""MLflow tracking: one experiment per dataset (``xmr/{dataset}``), one run per trained recipe (named after it).
 
-The store is ``$MLFLOW_TRACKING_URI`` when set (a ``mlflow server`` on a cluster), else ``sqlite:///mlflow.db``
-in the working directory (MLflow >= 3.13 refuses the old ``./mlruns`` file store).
+The store is ``$MLFLOW_TRACKING_URI`` when set (an ``xmr mlflow-server`` on a cluster), else ``sqlite:///mlflow.db``
+in the working directory (MLflow >= 3.13 refuses the old ``./mlruns`` file store). docs/tracking.md.
+
+Every training run carries its recipe, method, dataset, backbone, git commit and feature checksum as tags, the
+resolved config as params and ``config.yaml`` artifact, per-epoch validation metrics, and (logged by
+:mod:`xmr.results`) the test metrics ``test_{plain|reranker}/{protocol}/{i2t_r1,...,rsum}``, so
+:func:`results_table` can rebuild the results table from MLflow alone. Where the job runs is tagged too
+(``slurm_job_id``, ``dvc_exp_name``, ``host``). ``$XMR_PARENT_RUN_ID`` nests runs under a sweep's parent run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import socket
 import subprocess
+import tempfile
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterator
 
 DEFAULT_URI = "sqlite:///mlflow.db"
+PARENT_ENV = "XMR_PARENT_RUN_ID"
+# environment -> tag: where a run ran (SLURM job, DVC experiment), so an MLflow run leads back to its job log
+ENV_TAGS = {"SLURM_JOB_ID": "slurm_job_id", "DVC_EXP_NAME": "dvc_exp_name"}
 
 
 def tracking_uri() -> str:
@@ -40,10 +54,64 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 def metrics_to_flat(metrics: dict, prefix: str) -> dict[str, float]:
     """``{"i2t": {"r1": ..}, "rsum": ..}`` -> ``{prefix/i2t_r1: .., prefix/rsum: ..}`` (numbers only)."""
     flat = {}
-    for k, v in flatten({k: v for k, v in metrics.items() if k != "folds"}).items():
+    # only retrieval metrics: counts and re-ranker parameters are parameters, not metrics
+    keep = {k: v for k, v in metrics.items() if k in ("i2t", "t2i", "rsum")}
+    for k, v in flatten(keep).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             flat[f"{prefix}/{k.replace('.', '_')}"] = float(v)
     return flat
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative to the working directory), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Serialise first use of a local SQLite store between processes on this machine.
+
+    Several jobs opening a new ``mlflow.db`` at once race MLflow's schema migrations ("table metrics already
+    exists", "duplicate column name"); once the schema and the experiment exist, concurrent runs log fine.
+    The lock lives in the temp dir (keyed by the database path), not beside the database. Servers need none.
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    import fcntl
+
+    key = hashlib.sha256(str(db).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"xmr-mlflow-{key}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def prepare_store(experiment: str | None = None, uri: str | None = None) -> str | None:
+    """Create the store (and ``experiment``) once, before jobs fan out; returns the experiment id."""
+    import mlflow
+
+    uri = uri or tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    with store_lock(uri):
+        client = mlflow.MlflowClient(uri)
+        client.search_experiments(max_results=1)  # creates and migrates a new store
+        if experiment is None:
+            return None
+        exp = client.get_experiment_by_name(experiment)
+        return exp.experiment_id if exp else client.create_experiment(experiment)
+
+
+def environment_tags(env: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    tags = {tag: env[var] for var, tag in ENV_TAGS.items() if env.get(var)}
+    tags["host"] = socket.gethostname()
+    return tags
 
 
 class Tracker:
@@ -55,22 +123,29 @@ class Tracker:
         if enabled:
             import mlflow
 
-            mlflow.set_tracking_uri(tracking_uri())
+            self.uri = tracking_uri()
+            mlflow.set_tracking_uri(self.uri)
             self.mlflow = mlflow
 
     @contextmanager
     def run(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
             parent_run_id: str | None = None) -> Iterator["Tracker"]:
+        """Start (or, with ``run_id``, reopen) a run; a new run nests under ``parent_run_id`` or
+        ``$XMR_PARENT_RUN_ID`` when given (sweeps)."""
         if not self.enabled:
             yield self
             return
         mlflow = self.mlflow
-        mlflow.set_experiment(experiment)
+        with store_lock(self.uri):
+            mlflow.set_experiment(experiment)
         kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
+        parent_run_id = parent_run_id or os.environ.get(PARENT_ENV) or None
         if parent_run_id and not run_id:
             kwargs.update(nested=True, parent_run_id=parent_run_id)
         with mlflow.start_run(**kwargs) as active:
             self.run_id = active.info.run_id
+            if not run_id:
+                mlflow.set_tags(environment_tags())
             if tags:
                 mlflow.set_tags({k: str(v) for k, v in tags.items()})
             yield self
@@ -97,3 +172,58 @@ class Tracker:
     def set_tags(self, tags: dict) -> None:
         if self.enabled:
             self.mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+
+# --- the results table from MLflow alone ----------------------------------------------------------------------
+
+TEST_METRIC = re.compile(r"^test_(?P<tag>[^/]+)/(?P<protocol>[^/]+)/(?P<name>[a-z0-9_]+)$")
+# metric name in MLflow -> column of the results table (the `xmr summarize` columns, xmr/report/tables.py)
+TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM"}
+
+
+def results_table(experiment: str, uri: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
+    """One row per (run, test evaluation, protocol) of ``experiment``, read from MLflow alone.
+
+    A row holds the ``xmr summarize`` columns (``dataset, target, protocol, i2t R@1 ... RSUM``; ``target`` is
+    the recipe, plus ``_{reranker}`` when re-ranked) and ``run_name, run_id, parent_run_id, git_commit,
+    features_sha256``. Without ``all_runs``, only the newest top-level run of each run name counts (a retrained
+    recipe replaces its older runs); the child runs of a sweep are all listed.
+    """
+    import mlflow
+    from mlflow.entities import ViewType
+
+    from xmr.errors import XmrError
+
+    uri = uri or tracking_uri()
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        known = sorted(e.name for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
+        raise XmrError(f"MLflow experiment {experiment!r} not found at {uri} "
+                       f"(experiments there: {', '.join(known) or 'none'}); check MLFLOW_TRACKING_URI")
+    runs = client.search_runs([exp.experiment_id], run_view_type=ViewType.ACTIVE_ONLY,
+                              order_by=["attributes.start_time DESC"], max_results=50000)
+    rows, seen = [], set()
+    for run in runs:
+        tags, name = run.data.tags, run.info.run_name
+        parent = tags.get("mlflow.parentRunId", "")
+        if not all_runs and not parent and name in seen:
+            continue
+        evaluations: dict[tuple[str, str], dict[str, float]] = {}
+        for metric, value in run.data.metrics.items():
+            m = TEST_METRIC.match(metric)
+            if m:
+                evaluations.setdefault((m["tag"], m["protocol"]), {})[m["name"]] = value
+        if not evaluations:
+            continue  # a run still training, never evaluated, or a sweep's parent
+        seen.add(name)
+        recipe = tags.get("recipe", name)
+        for (tag, protocol), values in sorted(evaluations.items()):
+            rows.append({"dataset": tags.get("dataset", experiment.split("/")[-1]),
+                         "target": recipe if tag == "plain" else f"{recipe}_{tag}", "protocol": protocol,
+                         **{col: values.get(metric) for metric, col in TABLE_METRICS.items()},
+                         "run_name": name, "run_id": run.info.run_id, "parent_run_id": parent,
+                         "git_commit": tags.get("git_commit", ""),
+                         "features_sha256": tags.get("features_sha256", "")})
+    rows.sort(key=lambda r: (r["dataset"], r["parent_run_id"], r["target"], r["protocol"], r["run_name"]))
+    return rows

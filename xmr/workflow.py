@@ -6,7 +6,7 @@ from pathlib import Path
 
 from xmr.errors import XmrError
 
-RERANKERS = ("fr", "rr", "isoftmax", "dsl", "qbnorm", "csls")
+RERANKERS = ("fr", "rr", "mr", "isoftmax", "dsl", "qbnorm", "csls")
 
 
 def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:

@@ -1,0 +1,132 @@
+"""``xmr similarity`` and ``xmr evaluate`` end to end: files in, files out, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xmr.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# 2 images x 2 captions each; hand-computed in test_metrics: i2t ranks [0, 1], t2i ranks [0, 1, 1, 0], rsum 500
+HAND = np.array([[0.9, 0.1, 0.8, 0.3],
+                 [0.2, 0.7, 0.6, 0.5]], dtype=np.float32)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "xmr", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def test_similarity_subprocess_then_evaluate(tmp_path):
+    rng = np.random.default_rng(0)
+    imgs = rng.standard_normal((4, 3, 8)).astype(np.float32)  # 4 images x K=3 sub-embeddings
+    caps = rng.standard_normal((8, 8)).astype(np.float32)  # 2 captions per image
+    np.save(tmp_path / "I.npy", imgs)
+    np.save(tmp_path / "C.npy", caps)
+    r = _run("similarity", "--images", str(tmp_path / "I.npy"), "--captions", str(tmp_path / "C.npy"),
+             "--measure", "max", "--out", str(tmp_path / "S.npy"))
+    assert r.returncode == 0, r.stderr
+    s = np.load(tmp_path / "S.npy")
+    unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)  # noqa: E731
+    expected = np.einsum("nkd,md->nkm", unit(imgs), unit(caps)).max(1)  # max over the K sub-embeddings
+    np.testing.assert_allclose(s, expected, atol=1e-6)
+    assert s.dtype == np.float32
+
+    assert main(["evaluate", "--sims", str(tmp_path / "S.npy"), "--captions-per-image", "2", "--rerank", "fr",
+                 "--rerank-param", "gamma1=30", "--out", str(tmp_path / "M.json")]) == 0
+    m = json.loads((tmp_path / "M.json").read_text())
+    assert set(m["i2t"]) == {"r1", "r5", "r10", "medr", "meanr"} and "rsum" in m
+    assert m["rerank"] == "fr" and m["rerank_params"]["gamma1"] == 30.0 and m["rerank_params"]["gamma2"] == 25.0
+
+
+def test_evaluate_hand_matrix(tmp_path, capsys):
+    np.save(tmp_path / "S.npy", HAND)
+    assert main(["evaluate", "--sims", str(tmp_path / "S.npy"), "--captions-per-image", "2",
+                 "--out", str(tmp_path / "M.json")]) == 0
+    m = json.loads((tmp_path / "M.json").read_text())
+    assert m["i2t"] == {"r1": 50.0, "r5": 100.0, "r10": 100.0, "medr": 1.0, "meanr": 1.5}
+    assert m["t2i"] == {"r1": 50.0, "r5": 100.0, "r10": 100.0, "medr": 1.0, "meanr": 1.5}
+    assert m["rsum"] == 500.0 and m["protocol"] == "plain" and m["ties"] == "pessimistic"
+    assert "rsum 500.0" in capsys.readouterr().out
+
+
+def test_evaluate_ties_rr_and_cub(tmp_path):
+    np.save(tmp_path / "Z.npy", np.zeros((2, 4), np.float32))
+    assert main(["evaluate", "--sims", str(tmp_path / "Z.npy"), "--captions-per-image", "2", "--ties", "optimistic",
+                 "--out", str(tmp_path / "M.json")]) == 0
+    assert json.loads((tmp_path / "M.json").read_text())["i2t"]["r1"] == 100.0  # every tie resolved in favour
+    np.save(tmp_path / "S.npy", HAND)
+    assert main(["evaluate", "--sims", str(tmp_path / "S.npy"), "--captions-per-image", "2", "--rerank", "rr",
+                 "--rerank-param", "t2i_gt_groups=true", "--rerank-param", "k_i2t=2",
+                 "--out", str(tmp_path / "R.json")]) == 0
+    p = json.loads((tmp_path / "R.json").read_text())["rerank_params"]
+    assert p == {"k_i2t": 2, "k_t2i": 20, "t2i_gt_groups": True}  # the results say which variant ran
+    # CUB: class labels per image, captions inherit them (see test_metrics for the hand computation)
+    s = np.array([[0.9, 0.8, 0.1, 0.3], [0.2, 0.1, 0.7, 0.6]], dtype=np.float32)
+    np.save(tmp_path / "C.npy", s)
+    np.save(tmp_path / "L.npy", np.array([0, 1]))
+    assert main(["evaluate", "--sims", str(tmp_path / "C.npy"), "--protocol", "cub", "--captions-per-image", "2",
+                 "--image-labels", str(tmp_path / "L.npy"), "--out", str(tmp_path / "U.json")]) == 0
+    u = json.loads((tmp_path / "U.json").read_text())
+    # image 0 (class 0): captions 0, 1 relevant, top-2 = {0, 1} -> R-P 1; image 1: captions 2, 3 -> top-2 {2, 3} -> 1
+    assert u["i2t"]["r_precision"] == 100.0 and u["i2t"]["r1"] == 100.0
+    # captions 0, 1 -> image 0 scores 0.9/0.8 vs 0.2/0.1: hit; caption 2: 0.1 vs 0.7 hit; caption 3: 0.3 vs 0.6 hit
+    assert u["t2i"]["r1"] == 100.0 and "rsum" not in u
+
+
+def _bad(tmp_path, name, array):
+    np.save(tmp_path / name, array)
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("case, extra, message", [
+    ("nan", [], "similarity matrix contains 1 NaN and 0 inf value(s) (first at row 1, column 2)"),
+    ("indivisible", ["--captions-per-image", "3"], "caption count 4 is not divisible by captions-per-image 3"),
+    ("protocol", ["--protocol", "f30k"], "protocol f30k needs a 1000 x 5000 matrix (images x captions), got 2 x 4"),
+    ("param", ["--captions-per-image", "2", "--rerank", "fr", "--rerank-param", "gamma9=1"],
+     "unknown parameter 'gamma9' for re-ranker 'fr'; known: exclude_self, gamma1, gamma2, lambda1, lambda2, pool"),
+    ("value", ["--captions-per-image", "2", "--rerank", "fr", "--rerank-param", "gamma1=big"],
+     "re-ranker 'fr': parameter gamma1='big' is not a valid float"),
+    ("syntax", ["--captions-per-image", "2", "--rerank", "csls", "--rerank-param", "k"],
+     "--rerank-param 'k': expected NAME=VALUE"),
+    ("missing", ["--captions-per-image", "2"], "not found"),
+])
+def test_bad_input_one_line_error(tmp_path, capsys, case, extra, message):
+    a = HAND.copy()
+    if case == "nan":
+        a[1, 2] = np.nan
+    path = _bad(tmp_path, "S.npy", a) if case != "missing" else str(tmp_path / "absent.npy")
+    rc = main(["evaluate", "--sims", path, *extra, "--out", str(tmp_path / "M.json")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == f"xmr evaluate: error: {message}" or (case == "missing" and message in err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "M.json").exists()
+
+
+def test_bad_input_subprocess_has_no_traceback(tmp_path):
+    a = HAND.copy()
+    a[0, 0] = np.inf
+    r = _run("evaluate", "--sims", _bad(tmp_path, "S.npy", a), "--captions-per-image", "2",
+             "--out", str(tmp_path / "M.json"))
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("xmr evaluate: error: similarity matrix contains 0 NaN and 1 inf value(s) "
+                                "(first at row 0, column 0)")
+
+
+def test_similarity_cli_errors(tmp_path, capsys):
+    i = _bad(tmp_path, "I.npy", np.ones((2, 3, 4), np.float32))
+    c = _bad(tmp_path, "C.npy", np.ones((4, 4), np.float32))
+    assert main(["similarity", "--images", i, "--captions", c, "--out", str(tmp_path / "S.npy")]) == 2
+    assert "measure 'cosine' compares single vectors" in capsys.readouterr().err
+    c5 = _bad(tmp_path, "C5.npy", np.ones((4, 5), np.float32))
+    assert main(["similarity", "--images", i, "--captions", c5, "--measure", "max", "--out", "x.npy"]) == 2
+    assert "embedding sizes differ" in capsys.readouterr().err

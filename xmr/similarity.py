@@ -1,0 +1,245 @@
+"""Image-caption similarity for single embeddings and embedding sets, in bounded-memory blocks.
+
+Rows are images, columns are captions. ``images`` is (N, D) or (N, K, D), ``captions`` is (M, D) or (M, L, D);
+a 2-D input is a set of size one, so DVSE's K image sub-embeddings against one caption embedding is simply
+(N, K, D) vs (M, D). Every set measure reduces the element similarity matrix c(x, y) of one image set X and one
+caption set Y (|X| = K, |Y| = L):
+
+- ``cosine``         c(x, y) for single vectors (K = L = 1)
+- ``max``            max_{x,y} c(x, y)                                   (PVSE's MIL similarity)
+- ``mean``           mean_{x,y} c(x, y)                                  (= <mean x, mean y>; PCME's "sum" / K·L)
+- ``chamfer``        1/(2K) Σ_x max_y c + 1/(2L) Σ_y max_x c              (DivE §3.3)
+- ``smooth_chamfer`` 1/(2αK) Σ_x LSE_y(α c) + 1/(2αL) Σ_y LSE_x(α c)      (DivE Eq. 6-7, α = 16)
+- ``match_prob``     mean_{x,y} σ(-a‖x - y‖ + b), σ(z) = e^z / (e^z + e^-z) (PCME's match probability over J×J samples)
+
+c is the cosine: elements are L2-normalised first (``normalize=True``, the default for every measure except
+``match_prob``, whose distances are between PCME's raw samples). :func:`compute_similarity` evaluates whole test
+sets in float32 blocks (no (N·K)×(M·L) temporary, the cause of OOM at COCO-5K with sets) and
+:func:`set_similarity` is the same formula for a training batch, differentiable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from xmr.errors import XmrError
+from xmr.registry import Registry
+
+Reduce = Callable[..., torch.Tensor]
+
+# Element-similarity blocks (n, K, m, L) are kept under this many bytes (times a small factor for temporaries).
+DEFAULT_BLOCK_BYTES = 128 * 2**20
+
+
+@dataclass(frozen=True)
+class SetMeasure:
+    """How one measure turns element similarities ``dots`` (n, K, m, L) into set similarities (n, m)."""
+
+    name: str
+    reduce: Reduce  # reduce(dots, sq_x (n,K), sq_y (m,L), **params) -> (n, m)
+    normalize: bool  # default for ``normalize``: compare unit vectors (cosine)
+    temporaries: int = 1  # extra block-sized temporaries the reduction allocates (for block sizing)
+    needs_norms: bool = False
+
+
+SIMILARITIES: Registry[SetMeasure] = Registry("similarity measure")
+
+
+def _register(m: SetMeasure) -> SetMeasure:
+    return SIMILARITIES.register(m.name)(m)
+
+
+def _cosine(dots, sq_x, sq_y):
+    if dots.shape[1] != 1 or dots.shape[3] != 1:
+        raise XmrError(f"measure 'cosine' compares single vectors, got sets of {dots.shape[1]} image and "
+                       f"{dots.shape[3]} caption embeddings; use one of: max, mean, chamfer, smooth_chamfer, "
+                       "match_prob")
+    return dots[:, 0, :, 0]
+
+
+def _max(dots, sq_x, sq_y):
+    return dots.amax(dim=(1, 3))
+
+
+def _mean(dots, sq_x, sq_y):
+    return dots.mean(dim=(1, 3))
+
+
+def _chamfer(dots, sq_x, sq_y):
+    # each image element matched to its closest caption element, and vice versa
+    return 0.5 * dots.amax(dim=3).mean(dim=1) + 0.5 * dots.amax(dim=1).mean(dim=2)
+
+
+def _smooth_chamfer(dots, sq_x, sq_y, alpha: float = 16.0):
+    if not alpha > 0:
+        raise XmrError(f"smooth_chamfer needs alpha > 0, got {alpha}")
+    a = dots * alpha
+    # logsumexp is the numerically stable form of DivE's log(sum(exp(.))) pooling
+    x_side = torch.logsumexp(a, dim=3).mean(dim=1)  # (n, m): Σ_x LSE_y / K
+    y_side = torch.logsumexp(a, dim=1).mean(dim=2)  # (n, m): Σ_y LSE_x / L
+    return (x_side + y_side) / (2.0 * alpha)
+
+
+def _match_prob(dots, sq_x, sq_y, a: float = 5.0, b: float = 5.0):
+    # ‖x - y‖² = ‖x‖² + ‖y‖² - 2<x, y>; clamp the rounding error below zero before the sqrt
+    d2 = sq_x[:, :, None, None] + sq_y[None, None, :, :] - 2.0 * dots
+    dist = d2.clamp_min(0.0).sqrt()
+    # PCME's sigma(z) = e^z / (e^z + e^-z) = logistic(2z), so its learned (a, b) plug in unchanged
+    return torch.sigmoid(2.0 * (b - a * dist)).mean(dim=(1, 3))
+
+
+_register(SetMeasure("cosine", _cosine, normalize=True, temporaries=0))
+_register(SetMeasure("max", _max, normalize=True, temporaries=0))
+_register(SetMeasure("mean", _mean, normalize=True, temporaries=0))
+_register(SetMeasure("chamfer", _chamfer, normalize=True, temporaries=1))
+_register(SetMeasure("smooth_chamfer", _smooth_chamfer, normalize=True, temporaries=3))
+_register(SetMeasure("match_prob", _match_prob, normalize=False, temporaries=3, needs_norms=True))
+
+
+def _measure_params(measure: str, alpha: float, params: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the measure's reduce function; unknown names are an error."""
+    allowed = {"smooth_chamfer": {"alpha"}, "match_prob": {"a", "b"}}.get(measure, set())
+    unknown = set(params) - allowed
+    if unknown:
+        raise XmrError(f"measure {measure!r} has no parameter(s) {', '.join(sorted(unknown))}"
+                       + (f"; it takes: {', '.join(sorted(allowed))}" if allowed else "; it takes none"))
+    out = dict(params)
+    if measure == "smooth_chamfer":
+        out.setdefault("alpha", alpha)
+    return out
+
+
+def _as_sets(x, what: str) -> torch.Tensor:
+    """numpy/torch (B, D) or (B, S, D) -> float32 tensor (B, S, D) (a view when possible)."""
+    t = torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x
+    if t.ndim == 2:
+        t = t[:, None, :]
+    if t.ndim != 3:
+        raise XmrError(f"{what} must be (n, D) or (n, set size, D), got shape {tuple(t.shape)}")
+    if not t.is_floating_point():
+        t = t.float()
+    return t
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """True when ``t`` has no NaN/inf. amax/amin propagate NaN and expose inf, and unlike ``isfinite(t).all()``
+    they allocate nothing (about 20x faster on a COCO-5K matrix)."""
+    if t.numel() == 0:
+        return True
+    return bool(torch.isfinite(t.amax())) and bool(torch.isfinite(t.amin()))
+
+
+def _check_finite(t: torch.Tensor, what: str) -> None:
+    if not all_finite(t):
+        bad = (~torch.isfinite(t)).sum().item()
+        raise XmrError(f"{what} contain {bad} NaN or inf value(s)")
+
+
+def set_similarity(images: torch.Tensor, captions: torch.Tensor, measure: str = "max", alpha: float = 16.0,
+                   normalize: bool | None = None, **params: float) -> torch.Tensor:
+    """Differentiable (B, B') similarities of a batch: images (B, K, D) or (B, D), captions (B', L, D) or (B', D).
+
+    Same formulas as :func:`compute_similarity` (which calls this per block); use it inside training losses.
+    ``params``: ``a``, ``b`` for ``match_prob`` (PCME's negative scale and shift, default 5, 5).
+    """
+    spec = SIMILARITIES.get(measure)
+    x, y = _as_sets(images, "images"), _as_sets(captions, "captions")
+    if x.shape[-1] != y.shape[-1]:
+        raise XmrError(f"embedding sizes differ: images have D={x.shape[-1]}, captions D={y.shape[-1]}")
+    kw = _measure_params(measure, alpha, params)
+    if spec.normalize if normalize is None else normalize:
+        x, y = F.normalize(x, dim=-1), F.normalize(y, dim=-1)
+    return _block(spec, x, y, kw)
+
+
+def _block(spec: SetMeasure, x: torch.Tensor, y: torch.Tensor, kw: dict) -> torch.Tensor:
+    """Set similarities of an image block x (n, K, D) and a caption block y (m, L, D) -> (n, m)."""
+    n, k, d = x.shape
+    m, l, _ = y.shape
+    if spec.name == "mean":
+        # mean of all pairwise dot products == dot product of the set means: an (n, D) x (D, m) matmul only
+        return x.mean(dim=1) @ y.mean(dim=1).T
+    dots = (x.reshape(n * k, d) @ y.reshape(m * l, d).T).view(n, k, m, l)
+    sq_x = sq_y = None
+    if spec.needs_norms:
+        sq_x, sq_y = (x * x).sum(-1), (y * y).sum(-1)
+    return spec.reduce(dots, sq_x, sq_y, **kw)
+
+
+def _unit_or_normalized(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when it is already unit-norm (saves a copy of a large gallery), else a normalised copy."""
+    norms = t.norm(dim=-1)
+    if bool(((norms - 1.0).abs() < 1e-4).all()):
+        return t
+    return F.normalize(t, dim=-1)
+
+
+@torch.no_grad()
+def compute_similarity(images, captions, measure: str = "cosine", alpha: float = 16.0, chunk_size: int | None = None,
+                       device: str | torch.device | None = None, normalize: bool | None = None,
+                       block_bytes: int = DEFAULT_BLOCK_BYTES, **params: float) -> torch.Tensor:
+    """(N, M) float32 similarity matrix of N images and M captions (numpy or torch, 2-D or 3-D inputs).
+
+    ``chunk_size``: images per block (default: as many as fit in ``block_bytes`` of element similarities; the
+    captions are split too when one image's row of elements alone would not fit). ``device``: where to compute
+    and return the result (default: the device of ``images`` if it is a tensor, else CPU). ``alpha``: the
+    smooth-Chamfer temperature; ``params``: ``a``, ``b`` for ``match_prob``.
+    """
+    spec = SIMILARITIES.get(measure)
+    kw = _measure_params(measure, alpha, params)
+    x_all, y_all = _as_sets(images, "images"), _as_sets(captions, "captions")
+    if x_all.shape[-1] != y_all.shape[-1]:
+        raise XmrError(f"embedding sizes differ: images have D={x_all.shape[-1]}, captions D={y_all.shape[-1]}")
+    if device is None:
+        device = x_all.device
+    device = torch.device(device)
+    _check_finite(x_all, "image embeddings")
+    _check_finite(y_all, "caption embeddings")
+    n, k, d = x_all.shape
+    m, l, _ = y_all.shape
+    if measure == "cosine" and (k != 1 or l != 1):
+        _cosine(torch.empty(1, k, 1, l), None, None)  # raises the explanatory error
+    do_norm = spec.normalize if normalize is None else normalize
+
+    y_all = y_all.to(device=device, dtype=torch.float32)
+    if do_norm:
+        y_all = _unit_or_normalized(y_all)
+    if spec.name == "mean":
+        # the set-mean shortcut needs only (N, D) and (M, D) means; one matmul in blocks of images
+        y_all = y_all.mean(dim=1, keepdim=True)
+        k_eff, l_eff = 1, 1
+    else:
+        k_eff, l_eff = k, l
+
+    per_pair = k_eff * l_eff * 4 * (1 + spec.temporaries)  # bytes of block temporaries per (image, caption)
+    caps_per_block = max(1, min(m, block_bytes // max(1, per_pair)))
+    if chunk_size is None:
+        chunk_size = max(1, block_bytes // (per_pair * caps_per_block))
+    if chunk_size < 1:
+        raise XmrError(f"chunk_size must be >= 1, got {chunk_size}")
+
+    out = torch.empty(n, m, dtype=torch.float32, device=device)
+    for r0 in range(0, n, chunk_size):
+        x = x_all[r0:r0 + chunk_size].to(device=device, dtype=torch.float32)
+        if do_norm:
+            x = F.normalize(x, dim=-1)
+        if spec.name == "mean":
+            x = x.mean(dim=1, keepdim=True)
+        for c0 in range(0, m, caps_per_block):
+            y = y_all[c0:c0 + caps_per_block]
+            out[r0:r0 + x.shape[0], c0:c0 + y.shape[0]] = _block(spec, x, y, kw)
+    return out
+
+
+def similarity_to_numpy(sims: torch.Tensor) -> np.ndarray:
+    """CPU float32 numpy copy of a similarity matrix (for saving)."""
+    return sims.detach().to("cpu", torch.float32).numpy()
+
+
+__all__ = ["SIMILARITIES", "SetMeasure", "all_finite", "compute_similarity", "set_similarity", "similarity_to_numpy",
+           "DEFAULT_BLOCK_BYTES"]
