@@ -1,0 +1,451 @@
+"""CODER (Wang et al., ECCV 2022): coupled diversity-sensitive momentum contrastive learning.
+
+Reconstructed from the supplement (the main paper and code are not available; see docs/methods/coder.md):
+
+- instance branch: projected regions (FC + residual MLP) and text tokens, each pooled by GPO -> v^I, w^I;
+- concept branch: a concept vocabulary (the most frequent content words of the training captions), a binarised
+  co-occurrence graph, a graph convolution over GloVe-initialised concept vectors -> concept embeddings Y; a
+  query per modality (the visual one is the instance GPO output: weights shared) attends over Y with a bilinear
+  softmax -> v^C, w^C;
+- momentum (EMA) copies of the instance encoders fill an image queue and a text queue;
+- losses: in-batch DCL on the instance embeddings, DCL against the momentum keys + queues, in-batch DCL on the
+  concept embeddings and a pseudo-label loss (concept embeddings predict Sinkhorn cluster codes of the momentum
+  instance keys).
+
+Embeddings are (B, 2, D) sets [instance, concept]; the evaluation score is
+``fusion_alpha · S^I + (1 - fusion_alpha) · S^C`` (``eval.similarity: model``).
+
+The concept vocabulary and graph are built from the training split the first time the model runs in training
+mode (the trainer gives the constructor no captions); they live in the state dict (the words as extra state,
+the graph as buffers, the concept vectors as a parameter), so ``load_trained`` rebuilds the model without data.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections import Counter
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.errors import XmrError
+from xmr.losses.diversity_contrastive import dcl_loss
+from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.vse_inf import (GPO_SCHEMA, SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch,
+                                 drop_regions)
+from xmr.models.gpo import GPO
+from xmr.models.image import LocalProjection
+from xmr.models.text import build_text_encoder
+
+# Function words never chosen as concepts (the supplement selects object/motion/property words).
+STOP_WORDS = frozenset("""
+a an the and or but nor so yet of to in on at by for from with without into onto upon over under about above below
+across after against along among around before behind beneath beside besides between beyond during except inside
+near off out outside through throughout toward towards underneath until up down within via as than
+is are was were be been being am do does did doing has have had having will would shall should can could may might
+must it its it's this that these those there here their theirs them they he him his she her hers we us our you
+your i me my mine who whom whose which what where when why how some any each every all both either neither no not
+another other such one ones own same very too also just only then
+""".split())
+
+_WORD = re.compile(r"^[a-z][a-z'-]*$")
+
+CONCEPT_SCHEMA = strict_section({
+    "n_concepts": {"type": "integer", "minimum": 1, "default": 300,
+                   "description": "q: the q most frequent content words (CVSE's 300; not given by CODER)"},
+    "selection": {"enum": ["frequency", "typed"], "default": "frequency",
+                  "description": "typed = per-type quotas (type_ratio) from a word_types lexicon"},
+    "type_ratio": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 3, "maxItems": 3,
+                   "default": [7, 2, 1], "description": "object : motion : property"},
+    "word_types": {"type": ["string", "null"], "default": None,
+                   "description": "JSON {word: object|motion|property} (e.g. from a POS tagger or CVSE)"},
+    "min_count": {"type": "integer", "minimum": 1, "default": 1},
+    "cooccurrence_unit": {"enum": ["caption", "image"], "default": "caption"},
+    "word_vectors": {"type": ["string", "null"], "default": "glove6b50d",
+                     "description": "GloVe init of the concept vectors X (paper: GloVe; 300-d 840B is not shipped)"},
+    "word_dim": {"type": "integer", "minimum": 1, "default": 50,
+                 "description": "dimension of X; must match word_vectors"},
+    "trainable": {"type": "boolean", "default": True, "description": "X learnable (the 'l' of X^l read as such)"},
+    "rescale": {"enum": ["cvse", "none"], "default": "cvse",
+                "description": "P -> t^(P-p) - t^(-p) before binarising (CVSE's rescale_adj_matrix)"},
+    "rescale_t": {"type": "number", "exclusiveMinimum": 1, "default": 5},
+    "rescale_p": {"type": "number", "default": 0.02},
+    "eps_graph": {"type": "number", "default": 0.3, "description": "binarisation threshold ε of Eq. 4"},
+    "adj_mode": {"enum": ["coder_literal", "kipf", "cvse"], "default": "coder_literal",
+                 "description": "coder_literal: D^-1/2 H D^-1/2 + I (Eq. 5); kipf: D~^-1/2 (H+I) D~^-1/2; "
+                                "cvse: 0.25/colsum reweighting + I, then symmetric normalisation"},
+    "gcn_layers": {"enum": [1, 2], "default": 1},
+    "smoothness": {"type": "number", "exclusiveMinimum": 0, "default": 10.0, "description": "λ of Eq. 6"},
+})
+CONCEPT_SCHEMA["default"] = {}
+
+
+# -- concept vocabulary and graph (pure functions of the training captions) ------------------------------------
+def caption_words(tokens: list[str]) -> list[str]:
+    """Lower-cased alphabetic tokens that are not stop words."""
+    out = []
+    for t in tokens:
+        t = t.lower()
+        if _WORD.match(t) and t not in STOP_WORDS:
+            out.append(t)
+    return out
+
+
+def select_concepts(token_lists: list[list[str]], n: int, min_count: int = 1,
+                    word_types: dict[str, str] | None = None, type_ratio: tuple = (7, 2, 1)) -> list[str]:
+    """The ``n`` most frequent content words (ties broken alphabetically, so the result is deterministic).
+
+    With ``word_types``, only typed words are eligible and the n slots are split by ``type_ratio`` over
+    (object, motion, property); slots a type cannot fill go to the most frequent remaining typed words.
+    """
+    counts = Counter(w for toks in token_lists for w in caption_words(toks))
+    ranked = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_count]
+    if word_types is None:
+        return ranked[:n]
+    types = ("object", "motion", "property")
+    bad = sorted({v for v in word_types.values() if v not in types})
+    if bad:
+        raise XmrError(f"model.concept.word_types: unknown types {bad}; use object, motion or property")
+    total = sum(type_ratio)
+    quotas = [int(round(n * r / total)) for r in type_ratio]
+    quotas[0] += n - sum(quotas)
+    chosen: list[str] = []
+    for t, q in zip(types, quotas):
+        chosen += [w for w in ranked if word_types.get(w) == t][:q]
+    rest = [w for w in ranked if w in word_types and w not in set(chosen)]
+    chosen += rest[: n - len(chosen)]
+    return sorted(chosen, key=lambda w: (-counts[w], w))
+
+
+def cooccurrence(units: list[set[str]], concepts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(B, N): B_ij = number of units (captions or images) containing concepts i and j (i != j), N_i = units
+    containing i."""
+    index = {w: i for i, w in enumerate(concepts)}
+    q = len(concepts)
+    counts = np.zeros((q, q), dtype=np.float64)
+    for unit in units:
+        ids = sorted(index[w] for w in unit if w in index)
+        if ids:
+            counts[np.ix_(ids, ids)] += 1
+    n = counts.diagonal().copy()
+    np.fill_diagonal(counts, 0)
+    return counts, n
+
+
+def concept_adjacency(counts: np.ndarray, n: np.ndarray, eps: float, mode: str = "coder_literal",
+                      rescale: str = "cvse", t: float = 5.0, p: float = 0.02) -> np.ndarray:
+    """Normalised adjacency Ã from co-occurrence counts: P_ij = B_ij / N_i, optional rescale, H = [P >= eps]."""
+    prob = counts / np.maximum(n, 1)[:, None]
+    if rescale == "cvse":
+        prob = t ** (prob - p) - t ** (-p)
+    h = (prob >= eps).astype(np.float64)
+    np.fill_diagonal(h, 0)
+    eye = np.eye(len(n))
+    if mode == "coder_literal":
+        d = h.sum(1)
+        dinv = np.where(d > 0, 1 / np.sqrt(np.maximum(d, 1e-12)), 0.0)
+        return dinv[:, None] * h * dinv[None, :] + eye
+    if mode == "kipf":
+        a = h + eye
+        dinv = 1 / np.sqrt(a.sum(1))
+        return dinv[:, None] * a * dinv[None, :]
+    if mode == "cvse":
+        a = h * 0.25 / (h.sum(0, keepdims=True) + 1e-6) + eye
+        dinv = a.sum(1) ** -0.5
+        return (a @ np.diag(dinv)).T @ np.diag(dinv)
+    raise XmrError(f"model.concept.adj_mode: unknown mode {mode!r}")
+
+
+# -- the method ------------------------------------------------------------------------------------------------
+@METHODS.register("coder")
+class CODER(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "residual_mlp": {"type": "boolean", "default": True},
+                "gpo": GPO_SCHEMA,
+                "size_augment": SIZE_AUGMENT_SCHEMA,
+                "text_augment": TEXT_AUGMENT_SCHEMA,
+                "share_text_query_aggr": {"type": "boolean", "default": False,
+                                          "description": "text concept query from the instance GPO (visual: "
+                                                         "always shared, as the supplement states)"},
+                "concept": CONCEPT_SCHEMA,
+                "momentum": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.995},
+                "queue_size": {"type": "integer", "minimum": 0, "default": 4096},
+                "n_prototypes": {"type": "integer", "minimum": 2, "default": 512},
+                "fusion_alpha": {"type": "number", "minimum": 0, "maximum": 1, "default": 1.0,
+                                 "description": "evaluation score α·S^I + (1-α)·S^C (1 = instance only)"},
+            }),
+            "loss": strict_section({
+                "mu": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
+                "gamma": {"type": "number", "default": 0.2},
+                "form": {"enum": ["literal", "relative", "infonce"], "default": "literal"},
+                "diversity": {"enum": ["std", "entropy", "none"], "default": "std"},
+                "eps_div": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
+                "sd_formula": {"enum": ["std", "printed"], "default": "std"},
+                "div_direction": {"enum": ["formula", "inverse"], "default": "formula"},
+                "entropy_temperature": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
+                "weight_instance": {"type": "number", "minimum": 0, "default": 1.0},
+                "weight_memory": {"type": "number", "minimum": 0, "default": 1.0},
+                "weight_concept": {"type": "number", "minimum": 0, "default": 1.0},
+                "weight_pseudo_label": {"type": "number", "minimum": 0, "default": 1.0},
+                "queue_mask_same_image": {"type": "boolean", "default": True,
+                                          "description": "queue entries of the anchor's image are not negatives"},
+                "sinkhorn_epsilon": {"type": "number", "exclusiveMinimum": 0, "default": 0.05},
+                "sinkhorn_iterations": {"type": "integer", "minimum": 1, "default": 3},
+                "prototype_temperature": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
+                "pl_cross_modal": {"type": "boolean", "default": False,
+                                   "description": "image concepts predict the paired text's codes and vice versa"},
+            }),
+        },
+    }
+
+    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(cfg, image_dim, vocab_words)
+        m, d = cfg["model"], self.embed_dim
+        c = m["concept"]
+        # instance branch
+        self.image_proj = LocalProjection(image_dim, d, m["residual_mlp"])
+        self.image_gpo = GPO(**m["gpo"])
+        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
+        self.text_gpo = GPO(**m["gpo"])
+        self.text_query_gpo = None if m["share_text_query_aggr"] else GPO(**m["gpo"])
+        # momentum encoders (no gradients; EMA of the instance branch)
+        self.key_image_proj = copy.deepcopy(self.image_proj)
+        self.key_image_gpo = copy.deepcopy(self.image_gpo)
+        self.key_text = copy.deepcopy(self.text)
+        self.key_text_gpo = copy.deepcopy(self.text_gpo)
+        for p in self._key_params():
+            p.requires_grad_(False)
+        # concept branch (filled by build_concepts)
+        q = c["n_concepts"]
+        self.concept_words: list[str] = []
+        self.concept_emb = nn.Parameter(torch.zeros(q, c["word_dim"]), requires_grad=c["trainable"])
+        self.register_buffer("concept_adj", torch.eye(q))
+        self.register_buffer("concept_valid", torch.zeros(q, dtype=torch.bool))
+        self.register_buffer("concepts_built", torch.zeros((), dtype=torch.bool))
+        dims = [c["word_dim"], d] if c["gcn_layers"] == 1 else [c["word_dim"], d // 2, d]
+        self.gcn = nn.ModuleList(nn.Linear(a, b, bias=False) for a, b in zip(dims[:-1], dims[1:]))
+        self.query_image = nn.Linear(d, d, bias=False)
+        self.query_text = nn.Linear(d, d, bias=False)
+        for lin in (self.query_image, self.query_text):
+            nn.init.eye_(lin.weight)
+        # pseudo labels: prototypes (unit rows)
+        self.prototypes = nn.Linear(d, m["n_prototypes"], bias=False)
+        with torch.no_grad():
+            self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
+        # queues of momentum keys; an image "fingerprint" per entry marks entries of the same image
+        k = m["queue_size"]
+        self.register_buffer("queue_img", torch.zeros(k, d))
+        self.register_buffer("queue_txt", torch.zeros(k, d))
+        self.register_buffer("queue_fingerprint", torch.full((k,), float("nan"), dtype=torch.float64))
+        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+        gen = torch.Generator().manual_seed(12345)
+        self.register_buffer("fingerprint_proj", torch.randn(image_dim, generator=gen, dtype=torch.float64),
+                             persistent=False)
+        self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+    # -- state ----------------------------------------------------------------------------------------------------
+    def get_extra_state(self) -> dict:
+        return {"concept_words": list(self.concept_words)}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.concept_words = list(state.get("concept_words", []))
+
+    def _key_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.image_proj, self.key_image_proj), (self.image_gpo, self.key_image_gpo),
+                (self.text, self.key_text), (self.text_gpo, self.key_text_gpo)]
+
+    def _key_params(self):
+        for _, key in self._key_pairs():
+            yield from key.parameters()
+
+    # -- concepts ---------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def build_concepts(self, token_lists: list[list[str]], caption_image: np.ndarray | list[int]) -> None:
+        """Concept vocabulary, graph and initial vectors from the training captions (deterministic)."""
+        from xmr.io import read_json
+        from xmr.text.word_vectors import embedding_matrix
+
+        c = self.cfg["model"]["concept"]
+        types = None
+        if c["selection"] == "typed":
+            if not c["word_types"]:
+                raise XmrError("model.concept.selection: typed needs model.concept.word_types (a JSON file "
+                               "{word: object|motion|property})")
+            types = {k.lower(): v for k, v in read_json(c["word_types"]).items()}
+        words = select_concepts(token_lists, c["n_concepts"], c["min_count"], types, tuple(c["type_ratio"]))
+        if not words:
+            raise XmrError("model.concept: no concept words found in the training captions (all stop words?)")
+        if c["cooccurrence_unit"] == "caption":
+            units = [set(caption_words(t)) for t in token_lists]
+        else:
+            by_image: dict[int, set[str]] = {}
+            for toks, i in zip(token_lists, caption_image):
+                by_image.setdefault(int(i), set()).update(caption_words(toks))
+            units = list(by_image.values())
+        counts, n = cooccurrence(units, words)
+        adj = concept_adjacency(counts, n, c["eps_graph"], c["adj_mode"], c["rescale"], c["rescale_t"],
+                                c["rescale_p"])
+        init, _ = embedding_matrix(words, c["word_vectors"], c["word_dim"], self.cfg["train"]["seed"])
+        if init.shape[1] != c["word_dim"]:
+            raise XmrError(f"model.concept.word_dim: {c['word_dim']} but {c['word_vectors']} vectors are "
+                           f"{init.shape[1]}-d; set model.concept.word_dim: {init.shape[1]}")
+        q = len(words)
+        self.concept_words = words
+        self.concept_adj.zero_()
+        self.concept_adj[:q, :q] = torch.from_numpy(adj).to(self.concept_adj)
+        self.concept_valid.zero_()
+        self.concept_valid[:q] = True
+        self.concept_emb.zero_()
+        self.concept_emb[:q] = torch.from_numpy(init).to(self.concept_emb)
+        self.concepts_built.fill_(True)
+
+    def prepare_training(self, train_split) -> None:
+        """Build the concepts from a :class:`~xmr.data.base.CaptionedSplit` (for a trainer that has it at hand)."""
+        tokens = train_split.tokens or [re.findall(r"[a-z'-]+", cap.lower()) for cap in train_split.captions]
+        self.build_concepts(tokens, train_split.caption_image)
+
+    def _ensure_concepts(self) -> None:
+        # lazy fallback: the trainer constructs the model without captions (see docs/methods/coder.md)
+        if bool(self.concepts_built):
+            return
+        from xmr.data import load_split
+
+        self.prepare_training(load_split(self.cfg["dataset_cfg"], "train"))
+
+    def concept_vectors(self) -> torch.Tensor:
+        """Y (q, D): graph convolution of the concept vectors, rows L2-normalised."""
+        y = self.concept_emb
+        for layer in self.gcn:
+            y = F.leaky_relu(self.concept_adj @ layer(y), 0.2)
+        return F.normalize(y, dim=-1)
+
+    def _concept_embed(self, query: torch.Tensor, proj: nn.Linear, y: torch.Tensor) -> torch.Tensor:
+        lam = self.cfg["model"]["concept"]["smoothness"]
+        logits = lam * proj(F.normalize(query, dim=-1)) @ y.t()
+        attn = torch.softmax(logits.masked_fill(~self.concept_valid, float("-inf")), dim=-1)
+        return F.normalize(attn @ y, dim=-1)
+
+    # -- encoders ---------------------------------------------------------------------------------------------------
+    def _image_embed(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
+        v = self.image_gpo(self.image_proj(feats), num_regions)
+        return torch.stack([F.normalize(v, dim=-1), self._concept_embed(v, self.query_image,
+                                                                          self.concept_vectors())], dim=1)
+
+    def _text_embed(self, batch: dict) -> torch.Tensor:
+        h, lengths = self.text(batch)
+        w = self.text_gpo(h, lengths)
+        query = w if self.text_query_gpo is None else self.text_query_gpo(h, lengths)
+        return torch.stack([F.normalize(w, dim=-1), self._concept_embed(query, self.query_text,
+                                                                          self.concept_vectors())], dim=1)
+
+    def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
+        """(B, 2, D): [instance v^I, concept v^C]."""
+        if self.training:
+            self._ensure_concepts()
+            feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
+        return self._image_embed(feats, num_regions)
+
+    def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, 2, D): [instance w^I, concept w^C]."""
+        if self.training:
+            self._ensure_concepts()
+            batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
+        return self._text_embed(batch)
+
+    def forward(self, feats, num_regions, text):
+        if not self.training:
+            return self.encode_image(feats, num_regions), self.encode_text(text)
+        self._ensure_concepts()
+        m = self.cfg["model"]
+        with torch.autocast(feats.device.type, enabled=False):
+            fingerprint = (feats[:, 0, :].double() * self.fingerprint_proj).sum(-1)
+        feats, num_regions = drop_regions(feats, num_regions, **m["size_augment"])
+        text = augment_caption_batch(text, self.text, m["text_augment"])
+        with torch.no_grad():  # momentum keys of the same (augmented) inputs
+            key_img = F.normalize(self.key_image_gpo(self.key_image_proj(feats), num_regions).float(), dim=-1)
+            h, lengths = self.key_text(text)
+            key_txt = F.normalize(self.key_text_gpo(h, lengths).float(), dim=-1)
+        self._pending = (key_img, key_txt, fingerprint)
+        return self._image_embed(feats, num_regions), self._text_embed(text)
+
+    # -- training ---------------------------------------------------------------------------------------------------
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        if self._pending is None:
+            raise XmrError("coder: compute_loss needs the momentum keys of a training-mode forward (model(...))")
+        c = self.cfg["loss"]
+        key_img, key_txt, fingerprint = self._pending
+        v_i, v_c, w_i, w_c = img[:, 0], img[:, 1], txt[:, 0], txt[:, 1]
+        b = v_i.shape[0]
+        eye = torch.eye(b, dtype=torch.bool, device=img.device)
+        neg = ~(pos_mask | eye)
+        opts = dict(mu=c["mu"], gamma=c["gamma"], form=c["form"], diversity_kind=c["diversity"], eps=c["eps_div"],
+                    sd_formula=c["sd_formula"], div_direction=c["div_direction"],
+                    entropy_temperature=c["entropy_temperature"])
+        terms: dict[str, torch.Tensor] = {}
+        inst = dcl_loss(v_i, w_i, w_i, v_i, neg, neg.t(), **opts)
+        terms["instance"] = inst["loss"]
+        terms["div_i2t"] = inst["div_i2t"]
+        # memory-bank DCL: candidates = momentum keys of the batch, then the queue
+        valid_q = ~torch.isnan(self.queue_fingerprint)
+        q_neg = valid_q[None, :].expand(b, -1)
+        if c["queue_mask_same_image"]:
+            same = (self.queue_fingerprint[None, :] - fingerprint[:, None]).abs() <= \
+                1e-9 * fingerprint.abs().clamp(min=1)[:, None]
+            q_neg = q_neg & ~same
+        neg_i = torch.cat([neg, q_neg], dim=1)
+        neg_t = torch.cat([neg.t(), q_neg], dim=1)
+        cand_txt = torch.cat([key_txt, self.queue_txt], dim=0)
+        cand_img = torch.cat([key_img, self.queue_img], dim=0)
+        terms["memory"] = dcl_loss(v_i, cand_txt, w_i, cand_img, neg_i, neg_t, **opts)["loss"]
+        terms["concept"] = dcl_loss(v_c, w_c, w_c, v_c, neg, neg.t(), **opts)["loss"]
+        # pseudo labels: Sinkhorn codes of the momentum instance keys, predicted from the concept embeddings
+        protos = F.normalize(self.prototypes.weight, dim=1)
+        codes_img = sinkhorn_codes(key_img @ protos.detach().t(), c["sinkhorn_epsilon"], c["sinkhorn_iterations"])
+        codes_txt = sinkhorn_codes(key_txt @ protos.detach().t(), c["sinkhorn_epsilon"], c["sinkhorn_iterations"])
+        if c["pl_cross_modal"]:
+            codes_img, codes_txt = codes_txt, codes_img
+        tau = c["prototype_temperature"]
+        terms["pseudo_label"] = (pseudo_label_loss(v_c @ protos.t() / tau, codes_img)
+                                 + pseudo_label_loss(w_c @ protos.t() / tau, codes_txt))
+        loss = (c["weight_instance"] * terms["instance"] + c["weight_memory"] * terms["memory"]
+                + c["weight_concept"] * terms["concept"] + c["weight_pseudo_label"] * terms["pseudo_label"])
+        return {"loss": loss, **terms}
+
+    @torch.no_grad()
+    def on_train_step_end(self) -> None:
+        """EMA of the key encoders, enqueue this step's keys, re-normalise the prototypes."""
+        m = self.cfg["model"]["momentum"]
+        for online, key in self._key_pairs():
+            for p_k, p_o in zip(key.parameters(), online.parameters()):
+                p_k.mul_(m).add_(p_o.detach(), alpha=1 - m)
+            for b_k, b_o in zip(key.buffers(), online.buffers()):
+                b_k.copy_(b_o)
+        if self._pending is not None and self.queue_img.shape[0] > 0:
+            key_img, key_txt, fingerprint = self._pending
+            k = self.queue_img.shape[0]
+            n = min(key_img.shape[0], k)
+            idx = (self.queue_ptr + torch.arange(n, device=key_img.device)) % k
+            self.queue_img[idx] = key_img[-n:].to(self.queue_img.dtype)
+            self.queue_txt[idx] = key_txt[-n:].to(self.queue_txt.dtype)
+            self.queue_fingerprint[idx] = fingerprint[-n:]
+            self.queue_ptr.copy_((self.queue_ptr + n) % k)
+        self._pending = None
+        self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
+
+    # -- evaluation -------------------------------------------------------------------------------------------------
+    def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+        from xmr.similarity import compute_similarity
+
+        alpha = self.cfg["model"]["fusion_alpha"]
+        sims = compute_similarity(img[:, 0], txt[:, 0], measure="cosine")
+        if alpha < 1:
+            sims = alpha * sims + (1 - alpha) * compute_similarity(img[:, 1], txt[:, 1], measure="cosine")
+        return sims

@@ -1,0 +1,146 @@
+"""DivE (Kim, Kim & Kwak, "Improving Cross-Modal Retrieval with Set of Diverse Embeddings", CVPR'23).
+
+Both modalities become a set of K = 4 embeddings from a slot-attention set prediction module
+(:mod:`xmr.models.slot_attention`: learnable slots, T = 4 weight-shared aggregation blocks, attention softmaxed
+over the slots, residual update, pre-LN GELU MLP, output LN(E^T) + LN(global), L2-normalised).
+Image: local features -> FC + residual 2-layer MLP (VSE∞ style, ROI setting) -> dropout; global = max-pool of
+the projected features (ROI) or average (conv). Caption: the SPM reads the word embeddings (released code),
+the global feature comes from the BiGRU outputs.
+Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.set_similarity`).
+Loss: hardest-negative triplet on the smooth-Chamfer matrix (mean reduction, as the code) +
+0.01 · MMD(all image elements, all caption elements) + 0.01 · diversity (mean over a set's element pairs of
+exp(-2‖x - x'‖²) of the L2-normalised slots before the global feature is added; both modalities).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from xmr.errors import XmrError
+from xmr.losses.set_regularizers import mmd_rbf, pairwise_uniformity
+from xmr.losses.triplet import triplet_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.image import LocalProjection
+from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
+from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
+from xmr.models.text import build_text_encoder
+from xmr.similarity import set_similarity
+
+SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
+
+
+@METHODS.register("dive")
+class DivE(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "num_embeds": {"type": "integer", "minimum": 1, "default": 4, "description": "K slots per sample"},
+                "iterations": {"type": "integer", "minimum": 1, "default": 4, "description": "T aggregation blocks"},
+                "heads": {"type": "integer", "minimum": 1, "default": 4},
+                "dim_head": {"type": "integer", "minimum": 1, "default": 512,
+                             "description": "code: 4 x 512 for every setting; paper D_h 2048 ROI / 1024 conv"},
+                "ff_mult": {"type": "integer", "minimum": 1, "default": 4},
+                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.1},
+                "pad_mode": {"enum": ["zero", "code"], "default": "zero",
+                             "description": "zero: padded inputs get no attention; code: the released 1/K quirk"},
+                "learnable_slots": {"type": "boolean", "default": True},
+                "slot_update": {"enum": ["residual", "gru"], "default": "residual"},
+                "add_global": {"type": "boolean", "default": True},
+                "image_residual_mlp": {"type": "boolean", "default": True},
+                "image_global_pool": {"enum": ["max", "mean"], "default": "max",
+                                      "description": "max: ROI features; mean: conv grids"},
+                "image_pos_enc": {"enum": ["none", "sine2d"], "default": "none"},
+                "text_local": {"enum": ["words", "hidden"], "default": "words",
+                               "description": "what the text SPM reads: word embeddings (code) / encoder outputs"},
+                "text_global": {"enum": list(POOLS), "default": "mean"},
+                "text_pos_enc": {"enum": ["none", "sine1d"], "default": "sine1d"},
+                "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
+                                 "description": "lr multiplier of the image projection + both SPMs (code)"},
+            }),
+            "loss": strict_section({
+                "margin": {"type": "number", "minimum": 0, "default": 0.2},
+                "similarity": {"enum": ["smooth_chamfer", "chamfer", "max", "mean"], "default": "smooth_chamfer"},
+                "alpha": {"type": "number", "exclusiveMinimum": 0, "default": 16.0},
+                "max_violation": {"type": "boolean", "default": True},
+                "reduction": {"enum": ["sum", "mean"], "default": "mean"},
+                "mmd_weight": {"type": "number", "minimum": 0, "default": 0.01},
+                "mmd_gamma": {"type": "number", "exclusiveMinimum": 0, "default": 0.5},
+                "div_weight": {"type": "number", "minimum": 0, "default": 0.01},
+                "div_scale": {"type": "number", "exclusiveMinimum": 0, "default": 2.0},
+            }),
+        },
+    }
+
+    def __init__(self, cfg, image_dim, vocab_words):
+        super().__init__(cfg, image_dim, vocab_words)
+        m = cfg["model"]
+        d = self.embed_dim
+        spm_kw = dict(num_slots=m["num_embeds"], iterations=m["iterations"], heads=m["heads"],
+                      dim_head=m["dim_head"], ff_mult=m["ff_mult"], dropout=m["dropout"], pad_mode=m["pad_mode"],
+                      learnable_slots=m["learnable_slots"], update=m["slot_update"], add_global=m["add_global"])
+        self.image_proj = LocalProjection(image_dim, d, m["image_residual_mlp"])
+        self.image_dropout = nn.Dropout(m["dropout"])
+        self.image_spm = SetPredictionModule(d, d, **spm_kw)
+        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
+        if self.text.out_dim != d:
+            raise XmrError(f"text encoder gives {self.text.out_dim}-d outputs, the joint space is {d}-d")
+        self.text_dim = text_local_dim(self.text, m["text_local"])
+        self.text_spm = SetPredictionModule(self.text_dim, d, **spm_kw)
+        self._aux: dict = {}
+
+    def encode_image(self, feats, num_regions):
+        m = self.cfg["model"]
+        local = self.image_dropout(self.image_proj(feats))
+        glob = POOLS[m["image_global_pool"]](local, num_regions)
+        pos = None
+        if m["image_pos_enc"] == "sine2d":
+            pos = sine_positions_2d(local.shape[1], local.shape[2], local.device)[None].to(local.dtype)
+        out = self.image_spm(local, num_regions, glob, pos)
+        self._aux["image_slots"] = out["slots"]
+        return out["embeddings"]
+
+    def encode_text(self, batch):
+        m = self.cfg["model"]
+        glob, local, lengths = text_global_and_local(self.text, batch, m["text_global"], m["text_local"])
+        pos = None
+        if m["text_pos_enc"] == "sine1d":
+            pos = sine_positions_1d(lengths, local.shape[1], self.text_dim).to(local.dtype)
+        out = self.text_spm(local, lengths, glob, pos)
+        self._aux["text_slots"] = out["slots"]
+        return out["embeddings"]
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
+        with torch.autocast(img.device.type, enabled=False):
+            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+
+    def _loss(self, img, txt, pos_mask, epoch):
+        lc = self.cfg["loss"]
+        sims = set_similarity(img, txt, lc["similarity"], alpha=lc["alpha"])
+        ranking = triplet_loss(sims, pos_mask, lc["margin"], lc["max_violation"], lc["reduction"])
+        loss, terms = ranking, {"ranking": ranking}
+        if lc["mmd_weight"] > 0:
+            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc["mmd_gamma"])
+            loss = loss + lc["mmd_weight"] * mmd
+            terms["mmd"] = mmd
+        if lc["div_weight"] > 0 and img.shape[1] > 1:
+            div = (pairwise_uniformity(self._aux["image_slots"].float(), lc["div_scale"])
+                   + pairwise_uniformity(self._aux["text_slots"].float(), lc["div_scale"]))
+            loss = loss + lc["div_weight"] * div
+            terms["diversity"] = div
+        return {"loss": loss, **terms}
+
+    def param_groups(self, lr: float, backbone_scale: float) -> list[dict]:
+        """Base groups, with the image projection and both set prediction modules at ``lr * spm_lr_scale``."""
+        groups = super().param_groups(lr, backbone_scale)
+        scale = self.cfg["model"]["spm_lr_scale"]
+        if scale == 1.0:
+            return groups
+        spm_ids = {id(p) for n, p in self.named_parameters() if n.startswith(SPM_PREFIXES) and p.requires_grad}
+        for g in groups:
+            g["params"] = [p for p in g["params"] if id(p) not in spm_ids]
+        spm = [p for n, p in self.named_parameters() if n.startswith(SPM_PREFIXES) and p.requires_grad]
+        return [g for g in groups if g["params"]] + [{"params": spm, "lr": lr * scale, "name": "spm"}]

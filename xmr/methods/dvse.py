@@ -1,0 +1,222 @@
+"""DVSE (Wei et al., "Dynamic Visual Semantic Sub-Embeddings and Fast Re-ranking", arXiv 2309.08154).
+
+Image: K sub-embeddings v^k = l2norm(LN(h_V(z) + s(W¹ att^k(z) z))) from a PIE-Net head (multi-head
+self-attention + residual global embedding + LayerNorm; :mod:`xmr.models.set_heads`). Caption: one embedding
+t = l2norm(LN(h_T(z_t) + s(W³ att_T(z_t) z_t))) (a one-head PIE-Net). Dynamic mask (Eq. 3):
+m = round(sigmoid(mean_r(W² z_r))) ∈ {0,1}^K from a frozen random projection W² (K × F), all ones if empty.
+
+Loss (Eq. 12): η · L_var + (1 − η) · L_dc, η = 0.6, with L_var the variance-aware weighting loss
+(:mod:`xmr.losses.variance_aware`) and L_dc the dynamic orthogonal constraint (:mod:`xmr.losses.orthogonal`).
+Test score: ``eval.similarity`` over the K sub-embeddings vs the caption (default ``max``).
+
+Resolved ambiguities, each a config option (docs/methods/dvse.md has the reasoning):
+
+- ``model.dynamic_mask.mode`` (where the mask acts): ``gate`` (default: m_k multiplies v̂_k before the
+  residual, so a masked slot is LN(g), in training and at test), ``loss_only`` (the literal Eq. 4: the mask
+  only selects L_dc's pairs), ``drop_terms`` (masked (i, k) leave L_var and the test max).
+- ``loss.orthogonal.mode`` (how L_dc is normalised): ``mean`` (default), ``sum`` (printed), ``per_pair``;
+  ``loss.orthogonal.target``: ``residuals`` v̂ (Eq. 4, default) or the final ``embeddings`` v.
+- ``loss.sigma.detach`` (gradients through σ): true (default; σ is a weight) / false.
+- ``eval.similarity`` (K sub-embeddings -> one score): ``max`` (default, PVSE's MIL) / ``mean``.
+
+Table V ablation switches: ``model.dynamic_mask.enabled`` (DM), ``loss.ranking`` (``variance_aware`` = L_var;
+``triplet_per_slot`` = w/o L_var: σ ≡ 1, plain per-slot VSE++; ``triplet_set`` = VSE++ on the set score),
+``loss.orthogonal.enabled`` (L_ort), ``model.num_embeds: 1`` (w/o SE; ``model.attention: false`` is the
+other reading, the global embedding alone).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.errors import XmrError
+from xmr.losses.orthogonal import DC_MODES, dynamic_orthogonal_loss
+from xmr.losses.triplet import triplet_loss
+from xmr.losses.variance_aware import variance_aware_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.set_heads import ACTIVATIONS, POOLS, PIEImageHead, PIETextHead
+from xmr.models.text import build_text_encoder
+from xmr.similarity import set_similarity
+
+
+
+def nested_section(properties: dict) -> dict:
+    """A strict sub-section whose omitted keys all take their defaults."""
+    return {**strict_section(properties), "default": {}}
+
+
+MASK_MODES = ["gate", "loss_only", "drop_terms"]
+RANKINGS = ["variance_aware", "triplet_per_slot", "triplet_set"]
+
+
+def _mean_abs_offdiag_cos(x: torch.Tensor) -> torch.Tensor:
+    """Mean over images and ordered pairs k ≠ l of |cos(x_k, x_l)|, x (B, K, D) with K > 1."""
+    x = F.normalize(x, dim=-1)
+    k = x.shape[1]
+    return ((x @ x.transpose(1, 2)).abs().sum((1, 2)) - k).mean() / (k * (k - 1))
+
+
+@METHODS.register("dvse")
+class DVSE(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "num_embeds": {"type": "integer", "minimum": 1, "default": 6,
+                               "description": "K image sub-embeddings (6 COCO/F30K, 8 CUB); 1 = w/o SE"},
+                "attention": {"type": "boolean", "default": True,
+                              "description": "false: no sub-embedding heads, the image is LN(h_V(z)) alone"},
+                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                                     "description": "attention MLP width; null = input width / 2 (PVSE)"},
+                "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid", "description": "activation s"},
+                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "image_pool": {"enum": ["mean", "max"], "default": "mean", "description": "h_V before its FC"},
+                "text_pool": {"enum": list(POOLS), "default": "mean", "description": "h_T over the text outputs"},
+                "text_attention_input": {"enum": ["hidden", "words"], "default": "hidden",
+                                         "description": "hidden: z_t (paper formula); words: word embeddings (PVSE)"},
+                "dynamic_mask": nested_section({
+                    "enabled": {"type": "boolean", "default": True, "description": "DM of Table V"},
+                    "mode": {"enum": MASK_MODES, "default": "gate"},
+                    "seed": {"type": "integer", "default": 0, "description": "seed of the frozen projection W²"},
+                    "center": {"type": "boolean", "default": False,
+                               "description": "subtract a running mean of the pooled features before W²"},
+                    "momentum": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.01},
+                }),
+            }),
+            "loss": strict_section({
+                "margin": {"type": "number", "minimum": 0, "default": 0.2, "description": "α of Eq. 10"},
+                "eta": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.6,
+                        "description": "η: L = η L_var + (1 - η) L_dc"},
+                "ranking": {"enum": RANKINGS, "default": "variance_aware"},
+                "t2i_negatives": {"enum": ["slotwise", "set"], "default": "slotwise"},
+                "reduction": {"enum": ["sum", "mean"], "default": "sum"},
+                "sigma": nested_section({
+                    "source": {"enum": ["cosine", "softmax"], "default": "cosine"},
+                    "detach": {"type": "boolean", "default": True},
+                    "t2i": {"enum": ["image_row", "column"], "default": "image_row"},
+                    "offset": {"type": "number", "minimum": 0, "default": 1.0, "description": "the +1 of Eq. 8"},
+                }),
+                "orthogonal": nested_section({
+                    "enabled": {"type": "boolean", "default": True, "description": "L_ort/L_dc of Table V"},
+                    "beta": {"type": "number", "minimum": 0, "default": 0.4},
+                    "mode": {"enum": list(DC_MODES), "default": "mean"},
+                    "unit_vectors": {"type": "boolean", "default": True},
+                    "target": {"enum": ["residuals", "embeddings"], "default": "residuals",
+                               "description": "residuals: v̂ (Eq. 4); embeddings: the final sub-embeddings v"},
+                }),
+            }),
+        },
+    }
+
+    def __init__(self, cfg, image_dim, vocab_words):
+        super().__init__(cfg, image_dim, vocab_words)
+        m, mask_cfg = cfg["model"], cfg["model"]["dynamic_mask"]
+        self.num_embeds = m["num_embeds"] if m["attention"] else 1
+        self.mask_enabled = mask_cfg["enabled"] and m["attention"]
+        self.mask_mode = mask_cfg["mode"]
+        if self.mask_enabled and self.mask_mode == "drop_terms" and cfg["eval"]["similarity"] != "max":
+            raise XmrError(f"eval.similarity: {cfg['eval']['similarity']!r} with model.dynamic_mask.mode "
+                           f"drop_terms; masked sub-embeddings are left out of a max only: set eval.similarity: max")
+        if m["attention"]:
+            self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m["attention_hidden"],
+                                           m["activation"], m["dropout"], m["image_pool"])
+        else:  # w/o SE, "global only" reading: LN(h_V(z))
+            self.image_global = nn.Linear(image_dim, self.embed_dim)
+            self.image_norm = nn.LayerNorm(self.embed_dim)
+            self.image_pool = POOLS[m["image_pool"]]
+        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+        self.text_head = PIETextHead(self.text, self.embed_dim, 1, m["attention_hidden"], m["activation"],
+                                     m["dropout"], m["text_pool"], m["text_attention_input"])
+        # W² of Eq. 3: a fixed random projection (a buffer: saved with the model, never trained)
+        gen = torch.Generator().manual_seed(mask_cfg["seed"])
+        bound = (6.0 / (self.num_embeds + image_dim)) ** 0.5  # xavier-uniform range
+        self.register_buffer("mask_projection", (torch.rand(self.num_embeds, image_dim, generator=gen) * 2 - 1)
+                             * bound)
+        self.register_buffer("mask_feature_mean", torch.zeros(image_dim))
+        self.register_buffer("mask_mean_ready", torch.zeros((), dtype=torch.bool))
+        self._aux: dict = {}
+
+    # -- dynamic mask ---------------------------------------------------------------------------------
+    def dynamic_mask(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
+        """(B, K) float in {0, 1}: round(sigmoid(mean_r(W² z_r))) = [W² mean_r(z) > 0]; all ones if empty."""
+        pooled = POOLS["mean"](feats.float(), num_regions)
+        mcfg = self.cfg["model"]["dynamic_mask"]
+        if mcfg["center"]:
+            if self.training:
+                with torch.no_grad():
+                    batch_mean = pooled.detach().mean(0)
+                    if not bool(self.mask_mean_ready):
+                        self.mask_feature_mean.copy_(batch_mean)
+                        self.mask_mean_ready.fill_(True)
+                    else:
+                        self.mask_feature_mean.lerp_(batch_mean, mcfg["momentum"])
+            pooled = pooled - self.mask_feature_mean
+        with torch.autocast(feats.device.type, enabled=False):  # fp32: a half-precision sign could flip the bit
+            mask = (pooled.detach().float() @ self.mask_projection.float().t() > 0).to(feats.dtype)
+        empty = mask.sum(1, keepdim=True) == 0
+        return torch.where(empty, torch.ones_like(mask), mask)
+
+    # -- encoders -------------------------------------------------------------------------------------
+    def encode_image(self, feats, num_regions):
+        if not self.cfg["model"]["attention"]:
+            g = self.image_global(self.image_pool(feats, num_regions))
+            self._aux = {"image_residuals": None, "mask": None}
+            return F.normalize(self.image_norm(g), dim=-1)[:, None, :]
+        mask = self.dynamic_mask(feats, num_regions) if self.mask_enabled else None
+        gate = mask if self.mask_enabled and self.mask_mode == "gate" else None
+        out = self.image_head(feats, num_regions, gate)
+        self._aux = {"image_residuals": out["residuals"], "mask": mask}
+        emb = out["embeddings"]
+        if mask is not None and self.mask_mode == "drop_terms" and not self.training:
+            # test time: a masked slot is replaced by the image's first active one, so max over all K slots
+            # equals the max over the active slots
+            first = mask.argmax(dim=1)
+            fill = emb[torch.arange(emb.shape[0], device=emb.device), first][:, None, :]
+            emb = torch.where(mask[..., None].bool(), emb, fill)
+        return emb
+
+    def encode_text(self, batch):
+        return self.text_head(self.text, batch)["embeddings"][:, 0]
+
+    # -- loss -----------------------------------------------------------------------------------------
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
+        with torch.autocast(img.device.type, enabled=False):
+            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+
+    def _loss(self, img, txt, pos_mask, epoch):
+        lc = self.cfg["loss"]
+        mask, residuals = self._aux.get("mask"), self._aux.get("image_residuals")
+        residuals = residuals.float() if residuals is not None else None
+        terms: dict[str, torch.Tensor] = {}
+        if lc["ranking"] == "triplet_set":
+            sims = set_similarity(img, txt, self.eval_similarity, alpha=self.cfg["eval"]["alpha"])
+            l_rank = triplet_loss(sims, pos_mask, lc["margin"], True, lc["reduction"])
+        else:
+            sims = torch.einsum("bkd,cd->bkc", img, txt)  # S(v_i^k, t_j), (B, K, B)
+            active = mask if (mask is not None and self.mask_mode == "drop_terms") else None
+            out = variance_aware_loss(sims, pos_mask, lc["margin"], weighting=lc["ranking"] == "variance_aware",
+                                      sigma_source=lc["sigma"]["source"], detach_sigma=lc["sigma"]["detach"],
+                                      t2i_sigma=lc["sigma"]["t2i"], t2i_negatives=lc["t2i_negatives"],
+                                      sigma_offset=lc["sigma"]["offset"], active=active, reduction=lc["reduction"])
+            l_rank = out["loss"]
+            terms["sigma_mean"] = out["sigma"].mean()
+        loss = lc["eta"] * l_rank
+        terms["l_var"] = l_rank
+        oc = lc["orthogonal"]
+        if residuals is not None and residuals.shape[1] > 1:
+            with torch.no_grad():  # diagnostics: mean |cos| between an image's residuals / final sub-embeddings
+                terms["residual_abs_cos"] = _mean_abs_offdiag_cos(residuals)
+                terms["embedding_abs_cos"] = _mean_abs_offdiag_cos(img)
+            if oc["enabled"]:
+                target = residuals if oc["target"] == "residuals" else img
+                l_dc = dynamic_orthogonal_loss(target, mask, oc["beta"], oc["mode"], oc["unit_vectors"],
+                                               lc["reduction"])
+                loss = loss + (1 - lc["eta"]) * l_dc
+                terms["l_dc"] = l_dc
+        if mask is not None:
+            terms["mask_active"] = mask.mean()
+        return {"loss": loss, **terms}

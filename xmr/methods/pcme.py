@@ -1,0 +1,238 @@
+"""PCME (Chun et al., CVPR'21): probabilistic cross-modal embeddings trained with a soft contrastive loss.
+
+Each image and caption is a Gaussian N(μ, diag σ²) in the joint space:
+
+- mean μ: the PIE head (PVSE's one-head self-attention residual added to a global feature, LayerNorm,
+  L2-normalised), from :mod:`xmr.models.set_heads`;
+- log σ: PCME's uncertainty module, a second one-head attention over the same local features, FC, plus a
+  global branch (image: FC of the average-pooled features; caption: a BiGRU over the local features (released
+  code) or an FC of the sentence vector), not normalised.
+
+Training draws J samples per item (reparameterised) and minimises the soft contrastive loss of
+:mod:`xmr.losses.probabilistic` + β·KL(N(μ, σ²) ‖ N(0, I)) (+ an optional uniformity term, released CUB config).
+
+Interface with the trainer: in training mode ``encode_image``/``encode_text`` return (B, 2, D) = [μ, log σ]
+(one tensor, as the trainer expects) and ``compute_loss`` samples; in eval mode they return what
+``model.pcme_score`` ranks by: J samples (B, J, D) drawn with fixed noise (``match_prob``, ``sample_mean_dot``)
+or μ (B, D) (``mean_cosine``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from xmr.errors import XmrError
+from xmr.losses.probabilistic import (gaussian_kl_to_standard, released_vib_kl, sample_gaussian,
+                                      soft_contrastive_loss, uniformity_loss)
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.pooling import mean_pool
+from xmr.models.set_heads import (POOLS, MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local,
+                                  text_local_dim)
+from xmr.models.text import build_text_encoder
+
+# pcme_score -> the xmr.similarity measure eval.similarity must name (or "model")
+SCORE_MEASURES = {"match_prob": "match_prob", "mean_cosine": "cosine", "sample_mean_dot": "mean"}
+# match_sigmoid -> k in σ(x) = logistic(k·x)
+LOGIT_SCALES = {"released": 2.0, "paper": 1.0}
+
+
+class UncertaintyHead(nn.Module):
+    """PCME's uncertainty module: log σ = FC(one-head attention pool of the local features) + a global term."""
+
+    def __init__(self, in_dim: int, embed_dim: int, hidden_dim: int | None = None) -> None:
+        super().__init__()
+        self.attention = MultiHeadSelfAttention(1, in_dim, hidden_dim or max(1, in_dim // 2))
+        self.fc = nn.Linear(in_dim, embed_dim)
+        nn.init.xavier_uniform_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, local: torch.Tensor, lengths: torch.Tensor, global_term: torch.Tensor) -> torch.Tensor:
+        pooled, _ = self.attention(local, lengths)
+        return self.fc(pooled[:, 0]) + global_term
+
+
+class LastStepBiGRU(nn.Module):
+    """BiGRU (hidden D/2 per direction, concatenated) read at the last valid step: the released text sigma branch."""
+
+    def __init__(self, in_dim: int, embed_dim: int) -> None:
+        super().__init__()
+        if embed_dim % 2:
+            raise XmrError(f"model.embed_dim: {embed_dim} is odd; model.text_sigma_branch 'gru' concatenates two "
+                           f"directions of D/2, so use an even embed_dim or text_sigma_branch: linear")
+        self.rnn = nn.GRU(in_dim, embed_dim // 2, batch_first=True, bidirectional=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
+        return last_pool(h, lengths)
+
+
+@METHODS.register("pcme")
+class PCME(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "num_samples": {"type": "integer", "minimum": 1, "default": 7,
+                                "description": "J samples per item in training (J×J pairs per image-caption pair)"},
+                "num_samples_eval": {"type": "integer", "minimum": 1, "default": 7,
+                                     "description": "J at test time (released: n_samples_inference 7)"},
+                "eval_seed": {"type": "integer", "default": 0,
+                              "description": "seed of the fixed test-time noise (deterministic scores)"},
+                "pcme_score": {"enum": list(SCORE_MEASURES), "default": "match_prob",
+                               "description": "test-time ranking: match_prob (paper: mean over J×J sample pairs "
+                                              "of the match probability), mean_cosine (cosine of the means μ), "
+                                              "sample_mean_dot (released configs' eval_method matmul: sum of "
+                                              "J×J sample dot products)"},
+                "init_scale": {"type": "number", "default": 15.0,
+                               "description": "initial a in σ(-a·d + b) (released: init_negative_scale)"},
+                "init_shift": {"type": "number", "default": 15.0,
+                               "description": "initial b (released: init_shift)"},
+                "match_sigmoid": {"enum": list(LOGIT_SCALES), "default": "released",
+                                  "description": "released: σ(x) = eˣ/(eˣ+e⁻ˣ) = logistic(2x); "
+                                                 "paper: logistic(x)"},
+                "pie_dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                                     "description": "hidden width of every attention head; null = input width // 2 "
+                                                    "(released: 1024 for 2048-d CNN features, 150 for 300-d words)"},
+                "text_pool": {"enum": list(POOLS), "default": "last",
+                              "description": "sentence vector from the text encoder's outputs (released: last)"},
+                "text_attention_input": {"enum": ["words", "hidden"], "default": "words",
+                                         "description": "what the caption attention heads read: word embeddings "
+                                                        "(released; bigru only) or the encoder's outputs"},
+                "text_sigma_branch": {"enum": ["gru", "linear"], "default": "gru",
+                                      "description": "global term of the caption log σ: a BiGRU over the attention "
+                                                     "input read at the last word (released) or FC(sentence vector)"},
+            }),
+            "loss": strict_section({
+                "vib_beta": {"type": "number", "minimum": 0, "default": 1e-5, "description": "β of the KL term"},
+                "vib_kl": {"enum": ["gaussian", "released"], "default": "gaussian",
+                           "description": "gaussian: exact KL(N(μ, σ²) ‖ N(0, I)) (paper); released: log σ "
+                                          "read as log-variance and μ replaced by the mean of the samples"},
+                "reduction": {"enum": ["sum", "mean"], "default": "sum",
+                              "description": "over image-caption pairs (and items for the KL); released: sum"},
+                "count_both_directions": {"type": "boolean", "default": True,
+                                          "description": "released: i2t + t2i, which are the same pairs, so the "
+                                                         "match loss is counted twice"},
+                "uniform_weight": {"type": "number", "minimum": 0, "default": 0.0,
+                                   "description": "uniformity loss weight (released CUB config: 10)"},
+            }),
+        },
+    }
+
+    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(cfg, image_dim, vocab_words)
+        m = cfg["model"]
+        d = self.embed_dim
+        need = SCORE_MEASURES[m["pcme_score"]]
+        if cfg["eval"]["similarity"] not in (need, "model"):
+            raise XmrError(f"eval.similarity: {cfg['eval']['similarity']!r} does not fit model.pcme_score "
+                           f"{m['pcme_score']!r}; set eval.similarity: {need}")
+        self.logit_scale = LOGIT_SCALES[m["match_sigmoid"]]
+        # image: global = FC(avg-pooled features); mean = PIE on the local features; log σ = uncertainty head
+        self.image_fc = nn.Linear(image_dim, d)
+        hidden = m["attention_hidden"]
+        self.image_pie = PIENet(1, image_dim, d, hidden_dim=hidden, dropout=m["pie_dropout"])
+        self.image_sigma = UncertaintyHead(image_dim, d, hidden)
+        self.image_sigma_global = nn.Linear(image_dim, d)
+        # caption: the shared text encoder gives the sentence vector; heads read words or its outputs
+        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
+        local_dim = text_local_dim(self.text, m["text_attention_input"])
+        self.text_pie = PIENet(1, local_dim, d, hidden_dim=hidden, dropout=m["pie_dropout"])
+        self.text_sigma = UncertaintyHead(local_dim, d, hidden)
+        self.text_sigma_global: nn.Module = (LastStepBiGRU(local_dim, d) if m["text_sigma_branch"] == "gru"
+                                             else nn.Linear(d, d))
+        # a and b of σ(-a·d + b), learned with the encoders
+        self.scale = nn.Parameter(torch.tensor(float(m["init_scale"])))
+        self.shift = nn.Parameter(torch.tensor(float(m["init_shift"])))
+
+    # -- distributions ----------------------------------------------------------------------------
+    def image_distribution(self, feats: torch.Tensor, num_regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(μ (B, D) unit norm, log σ (B, D)) of a batch of images."""
+        pooled = mean_pool(feats, num_regions)
+        mu = self.image_pie(self.image_fc(pooled), feats, num_regions)["embeddings"][:, 0]
+        log_sigma = self.image_sigma(feats, num_regions, self.image_sigma_global(pooled))
+        return nn.functional.normalize(mu, dim=-1), log_sigma
+
+    def text_distribution(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(μ (B, D) unit norm, log σ (B, D)) of a batch of captions."""
+        m = self.cfg["model"]
+        glob, local, lengths = text_global_and_local(self.text, batch, m["text_pool"], m["text_attention_input"])
+        mu = self.text_pie(glob, local, lengths)["embeddings"][:, 0]
+        sigma_global = (self.text_sigma_global(local, lengths) if m["text_sigma_branch"] == "gru"
+                        else self.text_sigma_global(glob))
+        log_sigma = self.text_sigma(local, lengths, sigma_global)
+        return nn.functional.normalize(mu, dim=-1), log_sigma
+
+    def eval_noise(self, modality: int, device: torch.device) -> torch.Tensor:
+        """Fixed test-time ε (J, D), the same for every item of a modality (0 images, 1 captions).
+
+        Drawn on the CPU from ``model.eval_seed`` so scores do not depend (beyond float rounding) on the device,
+        the eval batch size or the encoding order; images and captions get different noise.
+        """
+        j = self.cfg["model"]["num_samples_eval"]
+        gen = torch.Generator().manual_seed(int(self.cfg["model"]["eval_seed"]))
+        noise = torch.randn(2, j, self.embed_dim, generator=gen)
+        return noise[modality].to(device)
+
+    def _output(self, mu: torch.Tensor, log_sigma: torch.Tensor, modality: int) -> torch.Tensor:
+        if self.training:
+            return torch.stack([mu, log_sigma], dim=1)
+        if self.cfg["model"]["pcme_score"] == "mean_cosine":
+            return mu
+        return sample_gaussian(mu, log_sigma, self.cfg["model"]["num_samples_eval"],
+                               noise=self.eval_noise(modality, mu.device))
+
+    # -- RetrievalModel ---------------------------------------------------------------------------
+    def encode_image(self, feats, num_regions):
+        return self._output(*self.image_distribution(feats, num_regions), modality=0)
+
+    def encode_text(self, batch):
+        return self._output(*self.text_distribution(batch), modality=1)
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        if img.ndim != 3 or img.shape[1] != 2 or txt.ndim != 3 or txt.shape[1] != 2:
+            raise XmrError("pcme.compute_loss expects the training-mode outputs [μ, log σ] of shape (B, 2, D); "
+                           "call it on encode_image/encode_text outputs with the model in train mode")
+        lc, j = self.cfg["loss"], self.cfg["model"]["num_samples"]
+        (img_mu, img_ls), (txt_mu, txt_ls) = img.unbind(1), txt.unbind(1)
+        img_z = sample_gaussian(img_mu, img_ls, j)
+        txt_z = sample_gaussian(txt_mu, txt_ls, j)
+        match = soft_contrastive_loss(img_z, txt_z, pos_mask, self.scale, self.shift, self.logit_scale,
+                                      lc["reduction"])
+        directions = 2.0 if lc["count_both_directions"] else 1.0
+        if lc["vib_kl"] == "gaussian":
+            kl = gaussian_kl_to_standard(img_mu, img_ls) + gaussian_kl_to_standard(txt_mu, txt_ls)
+        else:
+            kl = released_vib_kl(img_z, img_ls) + released_vib_kl(txt_z, txt_ls)
+        if lc["reduction"] == "mean":
+            kl = kl / img_mu.shape[0]
+        loss = directions * match["loss"] + lc["vib_beta"] * kl
+        terms = {"match_pos": match["pos"].detach(), "match_neg": match["neg"].detach(), "kl": kl.detach(),
+                 "scale_a": self.scale.detach(), "shift_b": self.shift.detach(),
+                 "sigma_mean": torch.cat([img_ls, txt_ls]).exp().mean().detach()}
+        if lc["uniform_weight"]:
+            unif = uniformity_loss(torch.cat([img_z.flatten(0, 1), txt_z.flatten(0, 1)]))
+            loss = loss + lc["uniform_weight"] * unif
+            terms["uniformity"] = unif.detach()
+        return {"loss": loss, **terms}
+
+    def match_params(self) -> dict[str, float]:
+        """(a, b) for :func:`xmr.similarity.compute_similarity`'s ``match_prob``, which computes
+        logistic(2·(b - a·d)): the learned values rescaled to this model's ``match_sigmoid``."""
+        half_k = self.logit_scale / 2.0
+        return {"a": float(self.scale.detach()) * half_k, "b": float(self.shift.detach()) * half_k}
+
+    def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+        from xmr.similarity import compute_similarity
+
+        score = self.cfg["model"]["pcme_score"]
+        if score == "match_prob":
+            return compute_similarity(img, txt, measure="match_prob", **self.match_params())
+        if score == "sample_mean_dot":
+            # mean of the J×J raw sample dot products; ranks like the released sum of them
+            return compute_similarity(img, txt, measure="mean", normalize=False)
+        return compute_similarity(img, txt, measure="cosine")

@@ -1,0 +1,99 @@
+"""PVSE (Song & Soleymani, CVPR'19): K PIE-Net embeddings per image and per caption, MIL similarity.
+
+Image: global g = FC(average-pooled local features); K heads of structured self-attention over the local
+features give residuals v̂_k = sigmoid(FC(u_k)); embeddings LN(g + v̂_k), L2-normalised (:mod:`xmr.models.set_heads`).
+Caption: g = pooled BiGRU outputs (``text_pool``: mean; the code takes the last word), K heads over the word
+embeddings (yalesong/pvse ``model.py``).
+Loss (``loss.py`` PVSELoss): hardest-negative triplet on the MIL similarity max_{k,l} cos(v_k, t_l) (mean
+reduction) + ``div_weight`` · diversity (‖off-diagonal Gram‖_F / K² of each modality's residuals) +
+``mmd_weight`` · MMD(all image elements, all caption elements); both regularisers only when K > 1.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from xmr.losses.set_regularizers import gram_diversity, mmd_rbf
+from xmr.losses.triplet import triplet_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.set_heads import ACTIVATIONS, PIEImageHead, PIETextHead
+from xmr.models.text import build_text_encoder
+from xmr.similarity import set_similarity
+
+TRAIN_SIMILARITIES = ["max", "mean", "chamfer", "smooth_chamfer"]
+
+
+@METHODS.register("pvse")
+class PVSE(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "num_embeds": {"type": "integer", "minimum": 1, "default": 2,
+                               "description": "K embeddings per image and per caption"},
+                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
+                                     "description": "attention MLP width; null = input width / 2 (PVSE)"},
+                "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid"},
+                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "image_pool": {"enum": ["mean", "max"], "default": "mean"},
+                "text_pool": {"enum": ["mean", "max", "last"], "default": "mean",
+                              "description": "sentence vector from the GRU outputs: mean / max / last word (code)"},
+                "text_attention_input": {"enum": ["words", "hidden"], "default": "words",
+                                         "description": "words: word embeddings (PVSE code); hidden: GRU outputs"},
+            }),
+            "loss": strict_section({
+                "margin": {"type": "number", "minimum": 0, "default": 0.1},
+                "max_violation": {"type": "boolean", "default": True},
+                "reduction": {"enum": ["sum", "mean"], "default": "mean"},
+                "similarity": {"enum": TRAIN_SIMILARITIES, "default": "max",
+                               "description": "set similarity inside the triplet loss (max = MIL)"},
+                "div_weight": {"type": "number", "minimum": 0, "default": 0.1},
+                "mmd_weight": {"type": "number", "minimum": 0, "default": 0.01},
+                "mmd_gamma": {"type": "number", "exclusiveMinimum": 0, "default": 0.5},
+            }),
+        },
+    }
+
+    def __init__(self, cfg, image_dim, vocab_words):
+        super().__init__(cfg, image_dim, vocab_words)
+        m = cfg["model"]
+        k = m["num_embeds"]
+        self.image_head = PIEImageHead(image_dim, self.embed_dim, k, m["attention_hidden"], m["activation"],
+                                       m["dropout"], m["image_pool"])
+        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+        self.text_head = PIETextHead(self.text, self.embed_dim, k, m["attention_hidden"], m["activation"],
+                                     m["dropout"], m["text_pool"], m["text_attention_input"])
+        self._aux: dict = {}
+
+    def encode_image(self, feats, num_regions):
+        out = self.image_head(feats, num_regions)
+        self._aux["image_residuals"] = out["residuals"]
+        return out["embeddings"]
+
+    def encode_text(self, batch):
+        out = self.text_head(self.text, batch)
+        self._aux["text_residuals"] = out["residuals"]
+        return out["embeddings"]
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
+        with torch.autocast(img.device.type, enabled=False):
+            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+
+    def _loss(self, img, txt, pos_mask, epoch):
+        lc = self.cfg["loss"]
+        sims = set_similarity(img, txt, lc["similarity"], alpha=self.cfg["eval"]["alpha"])
+        ranking = triplet_loss(sims, pos_mask, lc["margin"], lc["max_violation"], lc["reduction"])
+        terms = {"ranking": ranking}
+        loss = ranking
+        if img.shape[1] > 1 and lc["div_weight"] > 0:
+            div = (gram_diversity(self._aux["image_residuals"].float())
+                   + gram_diversity(self._aux["text_residuals"].float()))
+            loss = loss + lc["div_weight"] * div
+            terms["diversity"] = div
+        if img.shape[1] > 1 and lc["mmd_weight"] > 0:
+            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc["mmd_gamma"])
+            loss = loss + lc["mmd_weight"] * mmd
+            terms["mmd"] = mmd
+        return {"loss": loss, **terms}

@@ -1,0 +1,134 @@
+"""VSE+2AD (Zhang et al., EACL 2023): VSE with adaptive pooling (ADPOOL) and the adaptive objective (ADOPT).
+
+Two towers: projected local features (FC + residual MLP for regions, FC for grids; BiGRU or BERT tokens) pooled to
+one vector per modality by ADPOOL (separate weights per modality) and L2-normalised; cosine similarity. ADOPT is an
+InfoNCE over the K hardest in-batch negatives with K from batch alignment/uniformity. Where the paper and the
+released code (96-Zachary/vse_2ad) disagree, the code is the default and the paper a config option; the code's two
+failure modes (NaN K, positive picked as a negative) are guarded by default. See docs/methods/vse_2ad.md.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.losses.adaptive_objective import adopt_loss
+from xmr.losses.triplet import triplet_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.vse_inf import (GPO_SCHEMA, SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch,
+                                 drop_regions)
+from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
+from xmr.models.gpo import GPO
+from xmr.models.image import LocalProjection
+from xmr.models.pooling import max_pool, mean_pool
+from xmr.models.text import build_text_encoder
+
+POOLS = ["adpool", "mean", "max", "kmax", "gpo"]
+
+ADPOOL_SCHEMA = strict_section({
+    "token_weight": {"enum": ["per_dim", "scalar"], "default": "per_dim",
+                     "description": "per_dim: Linear(d, d) + ReLU (code); scalar: Linear(d, 1) (paper Eq. 3)"},
+    "mask_pad_in_token_softmax": {"type": "boolean", "default": False,
+                                  "description": "false: padded tokens take softmax mass (code); true: valid only"},
+    "branches": {"enum": ["both", "token", "embedding"], "default": "both",
+                 "description": "Table 3: token = '-emb ADPOOL', embedding = '-tok ADPOOL'"},
+    "fixed_balance": {"type": ["array", "null"], "items": {"type": "number"}, "default": None,
+                      "description": "[w_tok, w_emb] instead of the learned balance (Table C-2)"},
+})
+ADPOOL_SCHEMA["default"] = {}
+
+
+class Pool(nn.Module):
+    """One modality's pooling: ADPOOL or an ablation baseline (mean, max, K-max, GPO)."""
+
+    def __init__(self, kind: str, dim: int, m: dict) -> None:
+        super().__init__()
+        self.kind, self.k = kind, m["kmax_k"]
+        self.adpool = AdaptivePool(dim, **m["adpool"]) if kind == "adpool" else None
+        self.gpo = GPO(**m["gpo"]) if kind == "gpo" else None
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        if self.adpool is not None:
+            return self.adpool(x, lengths)
+        if self.gpo is not None:
+            return self.gpo(x, lengths)
+        if self.kind == "kmax":
+            return kmax_pool(x, lengths, self.k)
+        return mean_pool(x, lengths) if self.kind == "mean" else max_pool(x, lengths)
+
+
+@METHODS.register("vse_2ad")
+class VSE2AD(RetrievalModel):
+    schema = {
+        "type": "object",
+        "properties": {
+            "model": strict_section({
+                "embed_dim": {"type": "integer", "minimum": 1},
+                "residual_mlp": {"type": "boolean", "default": True,
+                                 "description": "FC + 2-layer MLP residual (regions, code); false = FC (grid/patch)"},
+                "image_pool": {"enum": POOLS, "default": "adpool"},
+                "text_pool": {"enum": POOLS, "default": "adpool",
+                              "description": "Table 3 '-ADPOOL' = mean for both; Table 4 'Manual' = kmax image, "
+                                             "mean text"},
+                "kmax_k": {"type": "integer", "minimum": 1, "default": 5},
+                "adpool": ADPOOL_SCHEMA,
+                "gpo": GPO_SCHEMA,
+                "size_augment": SIZE_AUGMENT_SCHEMA,
+                "text_augment": TEXT_AUGMENT_SCHEMA,
+            }),
+            "loss": strict_section({
+                "name": {"enum": ["adopt", "triplet"], "default": "adopt",
+                         "description": "triplet = the '-ADOPT' ablation (VSE++ with VSE0 warm-up)"},
+                "k_rule": {"enum": ["code", "paper"], "default": "code"},
+                "k_mode": {"enum": ["adaptive", "constant", "random"], "default": "adaptive"},
+                "const_k": {"type": "integer", "minimum": 1, "default": 3},
+                "scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.25,
+                          "description": "exponent p of the code's K rule"},
+                "tau": {"type": "number", "exclusiveMinimum": 0, "default": 0.05},
+                "margin": {"type": "number", "minimum": 0, "default": 0.2,
+                           "description": "ADOPT: added to negative logits (code; paper: 0); triplet: the margin"},
+                "diag_mask": {"enum": ["neg_inf", "zero"], "default": "neg_inf",
+                              "description": "zero = the code (a positive can be picked as a negative)"},
+                "direction_reduce": {"enum": ["mean", "sum"], "default": "mean",
+                                     "description": "mean of the two directions (code); sum (paper)"},
+                "positive_in_denominator": {"type": "boolean", "default": True,
+                                            "description": "false = the paper's printed InfoNCE"},
+                "guard_negative_base": {"type": "boolean", "default": True,
+                                        "description": "false = the code (fails when γ_align + γ_unif < 0)"},
+                "warmup_epochs": {"type": "number", "minimum": 0, "default": 1,
+                                  "description": "triplet only: epochs of summed hinges before the hardest"},
+            }),
+        },
+    }
+
+    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(cfg, image_dim, vocab_words)
+        m = cfg["model"]
+        self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
+        self.image_pool = Pool(m["image_pool"], self.embed_dim, m)
+        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+        self.text_pool = Pool(m["text_pool"], self.embed_dim, m)
+
+    def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
+        return F.normalize(self.image_pool(self.image_proj(feats), num_regions), dim=-1)
+
+    def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.training:
+            batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
+        h, lengths = self.text(batch)
+        return F.normalize(self.text_pool(h, lengths), dim=-1)
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        c = self.cfg["loss"]
+        sims = img @ txt.t()
+        if c["name"] == "triplet":
+            hardest = epoch >= c["warmup_epochs"]
+            return {"loss": triplet_loss(sims, pos_mask, c["margin"], hardest, "sum")}
+        return adopt_loss(sims, pos_mask, k_rule=c["k_rule"], k_mode=c["k_mode"], const_k=c["const_k"],
+                          scale=c["scale"], tau=c["tau"], neg_margin=c["margin"], diag_mask=c["diag_mask"],
+                          direction_reduce=c["direction_reduce"],
+                          positive_in_denominator=c["positive_in_denominator"],
+                          guard_negative_base=c["guard_negative_base"])

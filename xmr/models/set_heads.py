@@ -1,0 +1,161 @@
+"""PIE-Net set heads (PVSE, Song & Soleymani CVPR'19; reused by DVSE): K embeddings from K attention heads.
+
+For one sample with local features ``z`` (R, F) and a global embedding ``g`` (D):
+
+    A      = softmax_R( W2 tanh(W1 zᵀ) )          (K, R)   Lin et al. 2017 structured self-attention, K heads
+    u_k    = Σ_r A[k, r] z_r                        (K, F)
+    v̂_k    = dropout( s(W u_k + b) )                (K, D)   s = sigmoid in PVSE ("activation s" in DVSE)
+    v_k    = LN( g + m_k · v̂_k )                    (K, D)   m = optional per-slot gate (DVSE's dynamic mask)
+
+The caller L2-normalises ``v``. ``v̂`` (the *residuals*) are returned too: PVSE's diversity loss and DVSE's
+orthogonal constraint act on them. :func:`text_global_and_local` picks what a text encoder contributes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmr.errors import XmrError
+from xmr.models.pooling import length_mask, max_pool, mean_pool
+
+ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu, "tanh": torch.tanh}
+
+
+def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The feature at the last valid position of each sequence (PVSE's sentence embedding)."""
+    idx = (lengths.long() - 1).clamp(min=0)
+    return x[torch.arange(x.shape[0], device=x.device), idx]
+
+
+POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool}
+
+
+class MultiHeadSelfAttention(nn.Module):
+    """K-head structured self-attention (Lin et al., ICLR'17): (B, R, F) -> pooled (B, K, F), attention (B, K, R)."""
+
+    def __init__(self, num_heads: int, in_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(in_dim, hidden_dim, bias=False)
+        self.w2 = nn.Linear(hidden_dim, num_heads, bias=False)
+        nn.init.xavier_uniform_(self.w1.weight)
+        nn.init.xavier_uniform_(self.w2.weight)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.w2(torch.tanh(self.w1(x))).transpose(1, 2)  # (B, K, R)
+        valid = length_mask(lengths, x.shape[1])[:, None, :]
+        attn = logits.masked_fill(~valid, float("-inf")).softmax(dim=-1)  # every sample has >= 1 valid position
+        return attn @ x, attn
+
+
+class PIENet(nn.Module):
+    """Polysemous instance embedding: ``forward(global (B, D), local (B, R, F), lengths)`` -> dict with
+    ``embeddings`` LN(g + gate·v̂) (B, K, D) (not yet L2-normalised), ``residuals`` v̂ (B, K, D) before the gate,
+    ``attention`` (B, K, R)."""
+
+    def __init__(self, num_embeds: int, in_dim: int, embed_dim: int, hidden_dim: int | None = None,
+                 activation: str = "sigmoid", dropout: float = 0.0, layer_norm: bool = True) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise XmrError(f"model.activation: {activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        self.num_embeds = num_embeds
+        self.attention = MultiHeadSelfAttention(num_embeds, in_dim, hidden_dim or max(1, in_dim // 2))
+        self.fc = nn.Linear(in_dim, embed_dim)
+        nn.init.xavier_uniform_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+        self.activation = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+        self.layer_norm = nn.LayerNorm(embed_dim) if layer_norm else nn.Identity()
+
+    def forward(self, global_feat: torch.Tensor, local: torch.Tensor, lengths: torch.Tensor,
+                gate: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        pooled, attn = self.attention(local, lengths)
+        residuals = self.dropout(self.activation(self.fc(pooled)))  # (B, K, D)
+        gated = residuals if gate is None else residuals * gate[..., None].to(residuals.dtype)
+        out = self.layer_norm(global_feat[:, None, :] + gated)
+        return {"embeddings": out, "residuals": residuals, "attention": attn}
+
+
+def text_global_and_local(text_encoder: nn.Module, batch: dict[str, torch.Tensor], pool: str = "mean",
+                          local: str = "hidden") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(global (B, D), local (B, T, F), lengths) from a text encoder's batch.
+
+    ``pool``: how the global sentence vector is taken from the encoder's token outputs (``mean``, ``max``,
+    ``last`` = output at the last word, PVSE). ``local``: what the attention heads read: ``hidden`` (the
+    encoder's token outputs, the DVSE formula's z_t) or ``words`` (the BiGRU's word embeddings, as PVSE and
+    DivE's code do; BiGRU only).
+    """
+    if pool not in POOLS:
+        raise XmrError(f"model.text_pool: {pool!r} is not one of {', '.join(POOLS)}")
+    h, lengths = text_encoder(batch)
+    glob = POOLS[pool](h, lengths)
+    if local == "hidden":
+        return glob, h, lengths
+    if local == "words":
+        if not hasattr(text_encoder, "embed") or "ids" not in batch:
+            raise XmrError("model.text_attention_input: 'words' needs the bigru text encoder (word embeddings); "
+                           "use 'hidden' with other encoders")
+        return glob, text_encoder.embed(batch["ids"]), lengths
+    raise XmrError(f"model.text_attention_input: {local!r} is not one of hidden, words")
+
+
+def text_local_dim(text_encoder: nn.Module, local: str) -> int:
+    """Width of the features :func:`text_global_and_local` returns as ``local``."""
+    if local == "words":
+        if not hasattr(text_encoder, "embed"):
+            raise XmrError("model.text_attention_input: 'words' needs the bigru text encoder (word embeddings); "
+                           "use 'hidden' with other encoders")
+        return text_encoder.embed.embedding_dim
+    return text_encoder.out_dim
+
+
+class PIEImageHead(nn.Module):
+    """Image side of PVSE/DVSE on precomputed local features (B, R, F): global g = FC(pool_r z) (PVSE: average
+    pool + FC; DVSE's h_V), K PIE-Net embeddings, L2-normalised. ``forward`` returns PIENet's dict with
+    ``embeddings`` normalised and ``global`` g added."""
+
+    def __init__(self, in_dim: int, embed_dim: int, num_embeds: int, hidden_dim: int | None = None,
+                 activation: str = "sigmoid", dropout: float = 0.0, pool: str = "mean") -> None:
+        super().__init__()
+        if pool not in ("mean", "max"):
+            raise XmrError(f"model.image_pool: {pool!r} is not one of mean, max")
+        self.pool = POOLS[pool]
+        self.global_fc = nn.Linear(in_dim, embed_dim)
+        nn.init.xavier_uniform_(self.global_fc.weight)
+        nn.init.zeros_(self.global_fc.bias)
+        self.dropout = nn.Dropout(dropout)
+        self.pie = PIENet(num_embeds, in_dim, embed_dim, hidden_dim, activation, dropout)
+
+    def forward(self, feats: torch.Tensor, num_regions: torch.Tensor,
+                gate: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        g = self.dropout(self.global_fc(self.pool(feats, num_regions)))
+        out = self.pie(g, feats, num_regions, gate)
+        out["embeddings"] = F.normalize(out["embeddings"], dim=-1)
+        out["global"] = g
+        return out
+
+
+class PIETextHead(nn.Module):
+    """Caption side of PVSE/DVSE: global = pooled text-encoder outputs, K PIE-Net embeddings over ``local``
+    (see :func:`text_global_and_local`), L2-normalised (B, K, D)."""
+
+    def __init__(self, text_encoder: nn.Module, embed_dim: int, num_embeds: int, hidden_dim: int | None = None,
+                 activation: str = "sigmoid", dropout: float = 0.0, pool: str = "mean",
+                 local: str = "hidden") -> None:
+        super().__init__()
+        if text_encoder.out_dim != embed_dim:
+            raise XmrError(f"text encoder gives {text_encoder.out_dim}-d outputs, the joint space is {embed_dim}-d")
+        self.pool_name, self.local = pool, local
+        self.pie = PIENet(num_embeds, text_local_dim(text_encoder, local), embed_dim, hidden_dim, activation,
+                          dropout)
+
+    def forward(self, text_encoder: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        g, local, lengths = text_global_and_local(text_encoder, batch, self.pool_name, self.local)
+        out = self.pie(g, local, lengths)
+        out["embeddings"] = F.normalize(out["embeddings"], dim=-1)
+        return out
+
+
+__all__ = ["MultiHeadSelfAttention", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "last_pool",
+           "text_global_and_local", "text_local_dim"]
