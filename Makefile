@@ -8,9 +8,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
-DEMO_TARGET ?= results/synth/vsepp.json
+DEMO_TARGET ?= results/synth/dvse.json results/synth/dvse_fr.json
+# the Snakemake targets of the dvc.yaml stages (what `make sync` marks up to date)
+DVC_TARGETS ?= results/synth/summary.json
+MLFLOW_HOST ?= 127.0.0.1
+MLFLOW_PORT ?= 5000
 
-.PHONY: demo test venv clean report repro mlflow-ui
+.PHONY: demo test venv clean report repro mlflow-ui mlflow-server sync pull test-fast slurm-dry-run
 
 $(BIN)/xmr: requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,11 +34,33 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
+# tests without the integration ones (SLURM, DVC, MLflow server, browser): seconds instead of minutes
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not integration"
+
 repro: venv
 	$(BIN)/dvc repro
 
-mlflow-ui: venv
-	$(BIN)/mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db
+# After `dvc pull`, `dvc checkout` or a git checkout: DVC restores files with new, unordered mtimes, and
+# Snakemake would rebuild "updated" inputs' consumers; --touch marks the restored outputs up to date instead.
+# (No venv prerequisite: it runs in fresh clones with the tools on PATH.)
+sync:
+	dvc checkout
+	snakemake --touch --cores 1 $(DVC_TARGETS)
+
+pull: venv
+	$(BIN)/dvc pull
+	$(MAKE) sync
+
+# The tracking server + UI (docs/tracking.md); MLFLOW_HOST=0.0.0.0 to serve compute nodes
+mlflow-server: venv
+	$(BIN)/xmr mlflow-server --host $(MLFLOW_HOST) --port $(MLFLOW_PORT)
+
+mlflow-ui: mlflow-server
+
+# What the SLURM profile would submit, without SLURM (docs/pipeline.md)
+slurm-dry-run: venv
+	$(BIN)/snakemake -n --profile slurm $(or $(TARGET),results/synth/vsepp.json)
 
 clean:
-	rm -rf data features runs results logs reports .snakemake mlflow.db mlruns
+	rm -rf data features runs results logs reports .snakemake mlflow.db mlruns mlartifacts dvc_plots

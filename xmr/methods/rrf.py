@@ -41,7 +41,7 @@ class RecurrentResidualFusion(nn.Module):
         self.fc = nn.Linear(dim, dim)  # shared over the steps
         self.norms = nn.ModuleList(nn.BatchNorm1d(dim) for _ in range(steps + 1))  # not shared
         if fusion == "conv":  # 1x1x(T+1) convolution: T+1 weights + 1 bias shared over the D positions
-            self.fusion_weight = nn.Parameter(torch.empty(steps + 1))
+            self.fusion_weight = nn.Parameter(torch.full((steps + 1,), 1.0 / (steps + 1)))  # averaging; RRFBranch re-initialises
             self.fusion_bias = nn.Parameter(torch.zeros(1))
         # [C]: BN over the (B, 1, D, 1) blob, i.e. ONE mean/variance/gamma/beta over all B*D values
         self.fusion_norm = nn.BatchNorm2d(1) if fusion_bn and fusion != "none" else None
