@@ -145,8 +145,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         model.load_state_dict(ck["model"])
         optimizer.load_state_dict(ck["optimizer"])
         state.update({k: ck[k] for k in state})
-        if progress and ctx.is_main:
-            print(f"resuming {out} after epoch {state['epoch'] + 1}")
+        if ctx.is_main:  # always said: a resumed run must be visible in logs
+            print(f"resuming {out} after epoch {state['epoch'] + 1}", flush=True)
     train_model: torch.nn.Module = ctx.wrap(model)
 
     if ctx.is_main:
