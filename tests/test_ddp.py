@@ -1,0 +1,112 @@
+"""DDP: the SLURM -> torchrun environment mapping, the launcher's command lines, and a real 2-process CPU (gloo)
+training started by torchrun that writes one set of outputs and one MLflow run."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from xmr.errors import XmrError
+from xmr.train import distributed
+
+
+def test_expand_nodelist_matches_scontrol_show_hostnames():
+    # what `scontrol show hostnames` prints for these lists, written out by hand
+    assert distributed.expand_nodelist("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    assert distributed.expand_nodelist("node7") == ["node7"]
+    assert distributed.expand_nodelist("a,b") == ["a", "b"]
+    assert distributed.expand_nodelist("n[9-11]") == ["n9", "n10", "n11"]
+
+
+def test_slurm_env_maps_to_torchrun_env(monkeypatch):
+    # set-then-delete records each variable's original state, so the ones the mapping writes into os.environ
+    # are removed again after the test (a leaked WORLD_SIZE would make later trainings wait for peers)
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_ID"):
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    distributed._env_from_slurm()  # the batch script of an sbatch --ntasks=8 job: one process, no mapping
+    assert "WORLD_SIZE" not in os.environ
+    monkeypatch.setenv("SLURM_STEP_ID", "0")  # task 5 of an srun step
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[04-05]")
+    distributed._env_from_slurm()
+    assert (os.environ["WORLD_SIZE"], os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("8", "5", "1")
+    assert os.environ["MASTER_ADDR"] == "gpu04"
+    assert os.environ["MASTER_PORT"] == str(29500 + 123456 % 1000)  # 29956
+
+
+def test_already_launched_and_launcher_choice(monkeypatch):
+    assert not distributed.already_launched({})
+    assert not distributed.already_launched({"SLURM_JOB_ID": "3", "SLURM_NTASKS": "4"})  # the batch step itself
+    assert distributed.already_launched({distributed.CHILD_ENV: "1"})
+    assert distributed.already_launched({"WORLD_SIZE": "2"})
+    assert distributed.already_launched({"SLURM_STEP_ID": "0", "SLURM_NTASKS": "4"})  # a hand-written srun -n 4
+    monkeypatch.setattr(distributed.shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert distributed.resolve_launcher("auto", {"SLURM_JOB_ID": "3"}) == "srun"
+    assert distributed.resolve_launcher("auto", {}) == "torchrun"
+    monkeypatch.setattr(distributed.shutil, "which", lambda name: None)
+    assert distributed.resolve_launcher("auto", {"SLURM_JOB_ID": "3"}) == "torchrun"
+    with pytest.raises(XmrError, match="--launcher mpirun"):
+        distributed.resolve_launcher("mpirun")
+
+
+def test_launch_commands():
+    args = ["train", "--config", "c.yaml", "--out-dir", "runs/x"]
+    assert distributed.launch_command(args, 4, 2, "srun", cpus_per_task=8, python="py") == [
+        "srun", "--ntasks=8", "--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=8", "--kill-on-bad-exit=1",
+        "py", "-m", "xmr", *args]
+    assert distributed.launch_command(args, 2, 1, "torchrun", python="py") == [
+        "py", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "xmr", *args]
+    with pytest.raises(XmrError, match="needs SLURM"):
+        distributed.launch_command(args, 2, 2, "torchrun")
+    with pytest.raises(XmrError, match=">= 1"):
+        distributed.launch_command(args, 0, 1, "torchrun")
+
+
+def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_path):
+    """``torchrun --standalone --nproc_per_node=2 -m xmr train``: gloo DDP on CPU, 2 epochs. Rank 0 alone writes
+    the run directory and logs one MLflow run; each process sees half of the pairs per epoch."""
+    import mlflow
+
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_ddp", train={"epochs": 2, "log_every": 1},
+                               tracking={"enabled": True})
+    out = tmp_path / "run"
+    db = tmp_path / "mlflow.db"
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{db}", OMP_NUM_THREADS="1")
+    for key in (distributed.CHILD_ENV, "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            start_new_session=True)  # its own process group: a hang stops torchrun's workers too
+    try:
+        printed, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, printed[-5000:]
+    assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml", "history.csv", "last.pt",
+                                                     "train.json"]
+    with open(out / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [1, 2]
+
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("xmr/synth")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].info.run_name == "vsepp_ddp"
+    assert runs[0].data.tags["world_size"] == "2"
+    # 48 training images x 5 captions = 240 pairs -> 120 per process; batches of 16 with drop_last -> 7 steps
+    # per epoch (a single process would take 15), logged every step by rank 0 only (a second logger would
+    # repeat each step)
+    steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
+    assert steps == list(range(1, 2 * 7 + 1))
