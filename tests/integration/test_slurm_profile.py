@@ -11,8 +11,11 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -37,14 +40,36 @@ def _start_cluster(state: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@contextmanager
+def machine_lock(timeout: float = 1800) -> Iterator[None]:
+    """One test cluster per machine at a time: slurmd's config cache (/run/slurm/conf), which the clients
+    read, is machine-wide, so a second pytest session (say `make test` beside a single test) waits here."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "xmr-test-slurm.lock", "w") as fh:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                assert time.time() < deadline, "another test SLURM cluster held the machine for 30 min"
+                time.sleep(2)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="module")
 def local_slurm(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm")
-    try:
-        _start_cluster(state)
-        yield state
-    finally:
-        subprocess.run(["bash", str(SETUP), "stop", str(state)], timeout=60)
+    with machine_lock():
+        try:
+            _start_cluster(state)
+            yield state
+        finally:
+            subprocess.run(["bash", str(SETUP), "stop", str(state)], timeout=60)
 
 
 def jobcomp_records(state: Path) -> dict[str, dict[str, str]]:
