@@ -76,7 +76,9 @@ def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_pat
     the run directory and logs one MLflow run; each process sees half of the pairs per epoch."""
     import mlflow
 
-    recipe = tiny_synth.recipe("vsepp", name="vsepp_ddp", train={"epochs": 2, "log_every": 1},
+    # gather_negatives: the loss of each step sees both processes' pairs (the gradient is checked in test_samplers)
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_ddp", train={"epochs": 2, "log_every": 1,
+                                                                  "gather_negatives": True},
                                tracking={"enabled": True})
     out = tmp_path / "run"
     db = tmp_path / "mlflow.db"

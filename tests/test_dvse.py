@@ -105,6 +105,13 @@ def test_total_loss_is_eta_weighted_sum(tiny_synth):
     terms["loss"].backward()
     assert model.image_head.pie.attention.w1.weight.grad.abs().sum() > 0
     assert model.text_head.pie.fc.weight.grad.abs().sum() > 0
+    # η is read from the config, not fixed at the paper's 0.6: η = 0.25 -> 0.25 L_var + 0.75 L_dc
+    other = dvse_model(tiny_synth, loss={"eta": 0.25}).train()
+    other.load_state_dict(model.state_dict())
+    img, txt = other(feats, nr, text)
+    t = other.compute_loss(img, txt, pos, 0.0)
+    assert t["l_var"].item() == pytest.approx(l_var.item(), rel=1e-6)
+    assert t["loss"].item() == pytest.approx(0.25 * l_var.item() + 0.75 * l_dc.item(), rel=1e-6)
 
 
 def test_table_v_switches(tiny_synth):

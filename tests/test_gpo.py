@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from xmr.methods.vse_inf import augment_token_ids, compact, drop_regions
+from xmr.models.augment import augment_token_ids, compact, drop_regions
 from xmr.models.gpo import GPO, sinusoidal_encoding, sort_per_dimension
 from xmr.models.pooling import mean_pool
 
@@ -129,7 +129,7 @@ def test_augment_token_ids_rates_and_boundaries():
 def test_augment_caption_batch_bert_ids_keep_mask_and_lengths_consistent():
     from transformers import AutoTokenizer
 
-    from xmr.methods.vse_inf import augment_caption_batch
+    from xmr.models.augment import augment_caption_batch
     from xmr.models.text import resolve_bert_path
 
     tok = AutoTokenizer.from_pretrained(resolve_bert_path("minilm"))

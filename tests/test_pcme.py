@@ -105,8 +105,11 @@ def _tiny_model(tiny_synth, **model):
     from xmr.methods import METHODS
     from xmr.text.vocab import SPECIALS
 
+    # dsl/mr must read the scores as what pcme_score makes them (log-probabilities only for log_match_prob)
+    scores = "log_prob" if model.get("pcme_score", "log_match_prob") == "log_match_prob" else "similarity"
     cfg = load_run_config(tiny_synth.recipe("pcme", name="pcme_unit", model=model,
-                                            eval={"similarity": "model"}))
+                                            eval={"similarity": "model", "rerank": {"dsl": {"scores": scores},
+                                                                                    "mr": {"scores": scores}}}))
     torch.manual_seed(0)
     return METHODS.get("pcme")(cfg, 8, list(SPECIALS) + ["red", "ball"])
 
@@ -117,9 +120,12 @@ def _tiny_batch(model):
     return feats, torch.tensor([4, 2, 3]), text
 
 
+@pytest.mark.parametrize("score", ["log_match_prob", "match_prob"])
 @pytest.mark.parametrize("form,k", [("released", 2.0), ("paper", 1.0)])
-def test_eval_scores_are_match_probabilities_of_fixed_samples(tiny_synth, form, k):
-    model = _tiny_model(tiny_synth, match_sigmoid=form, num_samples_eval=3, init_scale=2.0, init_shift=1.0)
+def test_eval_scores_are_match_probabilities_of_fixed_samples(tiny_synth, form, k, score):
+    model = _tiny_model(tiny_synth, match_sigmoid=form, num_samples_eval=3, init_scale=2.0, init_shift=1.0,
+                        pcme_score=score)
+    assert model.eval_similarity == score
     feats, nr, text = _tiny_batch(model)
     model.eval()
     with torch.no_grad():
@@ -132,7 +138,9 @@ def test_eval_scores_are_match_probabilities_of_fixed_samples(tiny_synth, form, 
         sims = model.similarity_matrix(img, cap).numpy()
     want = np.array([[naive_match_prob(img[i].double().numpy(), cap[j].double().numpy(), 2.0, 1.0, k)
                       for j in range(3)] for i in range(3)])
-    np.testing.assert_allclose(sims, want, atol=1e-5)
+    if score == "log_match_prob":  # the default: the log of the same probabilities
+        want = np.log(want)
+    np.testing.assert_allclose(sims, want, atol=1e-5, rtol=1e-5)
 
 
 def test_training_outputs_gradients_and_score_options(tiny_synth):
@@ -164,6 +172,11 @@ def test_similarity_must_fit_score(tiny_synth):
 
     with pytest.raises(XmrError, match="eval.similarity: cosine"):
         METHODS.get("pcme")(cfg, 8, list(SPECIALS))
+    # the methods config tells dsl/mr that log_match_prob scores are log-probabilities; another score must not
+    cfg = load_run_config(tiny_synth.recipe("pcme", name="pcme_bad2", model={"pcme_score": "match_prob"},
+                                            eval={"similarity": "match_prob"}))
+    with pytest.raises(XmrError, match="eval.rerank.dsl.scores: similarity"):
+        METHODS.get("pcme")(cfg, 8, list(SPECIALS))
 
 
 def test_pcme_trains_scores_and_is_deterministic(tiny_synth, tmp_path):
@@ -172,6 +185,72 @@ def test_pcme_trains_scores_and_is_deterministic(tiny_synth, tmp_path):
     assert summary["best_epoch"] in (1, 2) and np.isfinite(summary["history"][-1]["loss"])
     sims, info = score_split(tmp_path / "run", progress=False)
     assert sims.shape == (12, 60) and info["split"] == "test"
-    assert np.isfinite(sims).all() and sims.min() >= 0.0 and sims.max() <= 1.0  # probabilities
+    assert np.isfinite(sims).all() and sims.max() <= 0.0  # log-probabilities (log_match_prob, the default)
     again, _ = score_split(tmp_path / "run", progress=False)
     np.testing.assert_array_equal(sims, again)
+
+
+def test_caption_word_drop_runs_in_training_mode_only(tiny_synth):
+    # released tokenize with caption_drop_prob p: words -> <unk> with prob p, then floor(p·n) words deleted;
+    # p = 1 turns every word into <unk> and then deletes all n of them: the caption is <start> <end>
+    model = _tiny_model(tiny_synth, text_augment=1.0)
+    assert model.cfg["model"]["text_augment_style"] == "unk_then_delete"
+    _, _, text = _tiny_batch(model)
+    empty = model.text.collate(["", "", ""], [[], [], []])
+    model.eval()
+    with torch.no_grad():
+        mu_eval, ls_eval = model.text_distribution(text)
+        mu_empty, ls_empty = model.text_distribution(empty)
+        model.train()
+        mu_train, ls_train = model.text_distribution(text)
+    torch.testing.assert_close(mu_train, mu_empty)
+    torch.testing.assert_close(ls_train, ls_empty)
+    assert not torch.allclose(mu_eval, mu_empty, atol=1e-3)  # eval mode saw the words
+    # and the released default rate is 0.1
+    assert _tiny_model(tiny_synth).cfg["model"]["text_augment"] == 0.1
+
+
+def _log_prob_matrix(seed: int = 0) -> np.ndarray:
+    """Log match probabilities of a small test set (6 images, 12 captions), some pairs far apart."""
+    rng = np.random.default_rng(seed)
+    img = rng.standard_normal((6, 3, 4)).astype(np.float32)
+    cap = np.repeat(img, 2, axis=0) + 0.3 * rng.standard_normal((12, 3, 4)).astype(np.float32)
+    from xmr.similarity import compute_similarity
+
+    return compute_similarity(img, cap, "log_match_prob", a=1.5, b=1.0).numpy()
+
+
+def test_dual_softmax_on_log_probabilities_is_log_of_dsl_on_probabilities():
+    from xmr.rerank import rerank
+
+    lp = _log_prob_matrix()
+    p = np.exp(lp.astype(np.float64))
+    tau = 100.0
+    i2t, t2i = rerank(lp, "dsl", {"scale": tau, "scores": "log_prob"})
+    n, m = p.shape
+    # DSL on probabilities, by the formula: p[i, j]·exp(τ p[i, j]) / Σ_l exp(τ p[l, j]) (columns for i2t)
+    col = np.array([[p[i, j] * math.exp(tau * p[i, j]) / sum(math.exp(tau * p[l, j]) for l in range(n))
+                     for j in range(m)] for i in range(n)])
+    row = np.array([[p[i, j] * math.exp(tau * p[i, j]) / sum(math.exp(tau * p[i, l]) for l in range(m))
+                     for j in range(m)] for i in range(n)])
+    np.testing.assert_allclose(i2t.numpy(), np.log(col), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(t2i.numpy(), np.log(row), rtol=1e-4, atol=1e-4)
+    # read as plain similarities, all-negative scores would invert the prior: refused with the way out
+    with pytest.raises(XmrError, match="scores=log_prob"):
+        rerank(lp, "dsl", {"scale": tau})
+    with pytest.raises(XmrError, match="not log-probabilities"):
+        rerank(p, "dsl", {"scale": tau, "scores": "log_prob"})
+
+
+def test_mr_on_log_probabilities_normalises_the_probabilities():
+    from xmr.rerank import rerank
+
+    lp = _log_prob_matrix(seed=1)
+    p = np.exp(lp.astype(np.float64))
+    # the same re-ranking as MR on the probabilities themselves (its linear normalisation p / Σ p)
+    got_i2t, got_t2i = rerank(lp, "mr", {"k": 3, "outside": "zero", "scores": "log_prob"})
+    want_i2t, want_t2i = rerank(p.astype(np.float32), "mr", {"k": 3, "outside": "zero"})
+    np.testing.assert_allclose(got_i2t.numpy(), want_i2t.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_t2i.numpy(), want_t2i.numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(XmrError, match="re-ranker 'mr': every similarity is <= 0"):
+        rerank(lp, "mr", {"k": 3})

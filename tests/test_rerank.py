@@ -41,6 +41,21 @@ def test_fr_by_hand():
     assert t2i[0, 1].item() == pytest.approx(0 - math.log(1 + math.e))  # row normalised over captions
 
 
+def test_fr_demotes_a_hub_caption_by_hand():
+    # caption 0 is a hub: it is image 1's best caption, but image 0 likes it even more. One caption per image.
+    a = np.array([[0.9, 0.5], [0.8, 0.75]], dtype=np.float32)
+    assert evaluate_sims(a, "plain", 1)["i2t"]["r1"] == 50.0  # image 1 ranks caption 0 first
+    # γ1 = γ2 = 10: column log-sum-exps log(e^9 + e^8) = 9.31326, log(e^5 + e^7.5) = 7.57889; image 1 then
+    # scores caption 0 at 8 - 9.31326 = -1.31326 and caption 1 at 7.5 - 7.57889 = -0.07889: caption 1 wins
+    p = {"gamma1": 10, "gamma2": 10, "lambda1": 10, "lambda2": 10}
+    i2t, t2i = rerank(a, "fr", p)
+    np.testing.assert_allclose(i2t.numpy(), [[-0.31326, -2.57889], [-1.31326, -0.07889]], atol=1e-4)
+    # rows: log(e^9 + e^5) = 9.01815, log(e^8 + e^7.5) = 8.47408
+    np.testing.assert_allclose(t2i.numpy(), [[-0.01815, -4.01815], [-0.47408, -0.97408]], atol=1e-4)
+    m = evaluate_sims(a, "plain", 1, rerank="fr", rerank_params=p)
+    assert m["i2t"]["r1"] == 100.0 and m["t2i"]["r1"] == 100.0 and m["rsum"] == 600.0
+
+
 def test_fr_matches_eq14_naive():
     s = _matrix()
     g1, g2, l1, l2 = 9.0, 8.0, 8.0, 17.0

@@ -118,8 +118,67 @@ def test_set_similarity_is_differentiable():
         assert torch.autograd.gradcheck(lambda x, y: set_similarity(x, y, measure, **kw), (X, Y))
 
 
+def _log_sigmoid(x: float) -> float:
+    """log logistic(x) in float64, exact for large |x|."""
+    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
+
+
+def test_log_match_prob_by_hand_one_sample():
+    # J = 1: image sample at the origin, caption samples at distances 5 and 1 (3-4-5 and unit vectors)
+    x = np.zeros((1, 1, 2), np.float32)
+    y = np.array([[[3.0, 4.0]], [[0.0, 1.0]]], np.float32)
+    a, b = 1.0, 2.0
+    got = compute_similarity(x, y, "log_match_prob", a=a, b=b).numpy()[0]
+    # PCME σ(z) = logistic(2z): log σ(b - a·5) = log logistic(-6) = -log(1 + e^6); log σ(b - a) = log logistic(2)
+    want = [-math.log1p(math.exp(6.0)), -math.log1p(math.exp(-2.0))]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[0] == pytest.approx(-6.0024757, abs=1e-6) and got[1] == pytest.approx(-0.1269280, abs=1e-6)
+    # J×L samples: the log of the mean of the J×L probabilities (image samples at distances 1 and 5 of the caption)
+    xs = np.array([[[0.0, 0.0], [0.0, 6.0]]], np.float32)
+    ys = np.array([[[0.0, 1.0]]], np.float32)
+    got2 = compute_similarity(xs, ys, "log_match_prob", a=a, b=b).item()
+    assert got2 == pytest.approx(math.log((math.exp(_log_sigmoid(2.0)) + math.exp(_log_sigmoid(-6.0))) / 2), rel=1e-6)
+
+
+def test_log_match_prob_orders_pairs_whose_probability_underflows():
+    # captions 100, 200 and 300 away from the image: logistic arguments 2(b - a·d) ≈ -198, -398, -598, far below
+    # float32's exp range, so every match probability is exactly 0 and the three pairs tie
+    x = np.zeros((1, 2, 3), np.float32)
+    y = np.stack([np.tile(np.array([d, 0.0, 0.0], np.float32), (2, 1)) for d in (200.0, 100.0, 300.0)])
+    a, b = 1.0, 1.0
+    assert compute_similarity(x, y, "match_prob", a=a, b=b).numpy().tolist() == [[0.0, 0.0, 0.0]]
+    got = compute_similarity(x, y, "log_match_prob", a=a, b=b).numpy()[0]
+    # all J×L = 4 pairs at the same distance d: log mean = log σ(b - a·d) = log logistic(2(1 - d)) ≈ 2(1 - d)
+    np.testing.assert_allclose(got, [2 * (1 - 200.0), 2 * (1 - 100.0), 2 * (1 - 300.0)], rtol=1e-6)
+    assert np.argsort(-got).tolist() == [1, 0, 2]  # the closest caption first
+    # the differentiable batch form agrees
+    torch.testing.assert_close(set_similarity(torch.tensor(x), torch.tensor(y), "log_match_prob", a=a, b=b)[0],
+                               torch.tensor(got))
+
+
+def test_log_match_prob_ranks_as_match_prob_without_underflow():
+    rng = np.random.default_rng(5)
+    imgs = rng.standard_normal((7, 3, 6)).astype(np.float32)
+    caps = rng.standard_normal((9, 4, 6)).astype(np.float32)
+    a, b = 0.8, 2.0
+    p = compute_similarity(imgs, caps, "match_prob", a=a, b=b).numpy()
+    lp = compute_similarity(imgs, caps, "log_match_prob", a=a, b=b).numpy()
+    assert p.min() > 1e-6  # no underflow here
+    np.testing.assert_allclose(lp, np.log(_naive(imgs, caps, "match_prob", a=a, b=b)), rtol=1e-5, atol=1e-6)
+    # equal rankings in both directions (stable sorts; no ties in continuous data)
+    assert (np.argsort(-lp, axis=1, kind="stable") == np.argsort(-p, axis=1, kind="stable")).all()
+    assert (np.argsort(-lp, axis=0, kind="stable") == np.argsort(-p, axis=0, kind="stable")).all()
+    # blocks and the differentiable form give the same values
+    tiny = compute_similarity(imgs, caps, "log_match_prob", chunk_size=2, block_bytes=64, a=a, b=b)
+    torch.testing.assert_close(tiny, torch.tensor(lp))
+    X = torch.tensor(imgs[:2], dtype=torch.float64, requires_grad=True)
+    Y = torch.tensor(caps[:3], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda u, v: set_similarity(u, v, "log_match_prob", a=a, b=b), (X, Y))
+
+
 def test_registry_and_errors():
-    assert set(SIMILARITIES.names()) == {"cosine", "max", "mean", "chamfer", "smooth_chamfer", "match_prob"}
+    assert set(SIMILARITIES.names()) == {"cosine", "max", "mean", "chamfer", "smooth_chamfer", "match_prob",
+                                         "log_match_prob"}
     x = np.ones((2, 3, 4), np.float32)
     with pytest.raises(XmrError, match="compares single vectors"):
         compute_similarity(x, np.ones((2, 4), np.float32), "cosine")

@@ -45,13 +45,39 @@ def read_json(path: str | os.PathLike) -> Any:
         raise XmrError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file's bytes."""
+# files at least this large have their digest cached (COCO's region features are ~33 GB: minutes to hash)
+CACHE_MIN_BYTES = 64 << 20
+
+
+def _digest_cache_entry(path: Path) -> Path:
+    """Cache file of ``path``'s digest, keyed by what changes when the file does: real path, inode, size, mtime."""
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
+    root = Path(os.environ.get("XMR_CACHE_DIR") or Path.home() / ".cache" / "xmr")
+    return root / "sha256" / f"{hashlib.sha1(key.encode()).hexdigest()}.txt"
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20, cache: bool = True) -> str:
+    """Hex SHA-256 of a file's bytes. Digests of large files are cached (``$XMR_CACHE_DIR``, default
+    ``~/.cache/xmr``) under a key of path, inode, size and mtime, so a changed file is hashed again."""
+    path = Path(path)
+    entry = _digest_cache_entry(path) if cache and path.stat().st_size >= CACHE_MIN_BYTES else None
+    if entry is not None and entry.exists():
+        cached = entry.read_text().strip()
+        if len(cached) == 64:
+            return cached
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):
             h.update(block)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if entry is not None:
+        try:
+            with atomic_path(entry, ".txt") as tmp:
+                tmp.write_text(digest + "\n")
+        except OSError:  # a read-only home: hashing still works, only slower next time
+            pass
+    return digest
 
 
 def require_file(path: str | os.PathLike, hint: str) -> Path:

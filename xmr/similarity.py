@@ -10,16 +10,20 @@ caption set Y (|X| = K, |Y| = L):
 - ``mean``           mean_{x,y} c(x, y)                                  (= <mean x, mean y>; PCME's "sum" / K·L)
 - ``chamfer``        1/(2K) Σ_x max_y c + 1/(2L) Σ_y max_x c              (DivE §3.3)
 - ``smooth_chamfer`` 1/(2αK) Σ_x LSE_y(α c) + 1/(2αL) Σ_y LSE_x(α c)      (DivE Eq. 6-7, α = 16)
-- ``match_prob``     mean_{x,y} σ(-a‖x - y‖ + b), σ(z) = e^z / (e^z + e^-z) (PCME's match probability over J×J samples)
+- ``match_prob``     mean_{x,y} σ(-a‖x - y‖ + b), σ(z) = e^z / (e^z + e^-z)    (PCME match probability, J×J)
+- ``log_match_prob`` log ``match_prob`` = LSE_{x,y} log σ(-a‖x - y‖ + b) - log(K·L), in log space: the same
+                     ranking, without float32 underflow (``match_prob`` is exactly 0 for a pair whose logits
+                     b - a‖x - y‖ are all below about -44, so far pairs tie at 0; here they stay ordered)
 
 c is the cosine: elements are L2-normalised first (``normalize=True``, the default for every measure except
-``match_prob``, whose distances are between PCME's raw samples). :func:`compute_similarity` evaluates whole test
-sets in float32 blocks (no (N·K)×(M·L) temporary, the cause of OOM at COCO-5K with sets) and
+``match_prob``/``log_match_prob``, whose distances are between PCME's raw samples). :func:`compute_similarity`
+evaluates whole test sets in float32 blocks (no (N·K)×(M·L) temporary, the cause of OOM at COCO-5K with sets) and
 :func:`set_similarity` is the same formula for a training batch, differentiable.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,7 +62,7 @@ def _cosine(dots, sq_x, sq_y):
     if dots.shape[1] != 1 or dots.shape[3] != 1:
         raise XmrError(f"measure 'cosine' compares single vectors, got sets of {dots.shape[1]} image and "
                        f"{dots.shape[3]} caption embeddings; use one of: max, mean, chamfer, smooth_chamfer, "
-                       "match_prob")
+                       "match_prob, log_match_prob")
     return dots[:, 0, :, 0]
 
 
@@ -85,12 +89,37 @@ def _smooth_chamfer(dots, sq_x, sq_y, alpha: float = 16.0):
     return (x_side + y_side) / (2.0 * alpha)
 
 
+def _match_logits(dots, sq_x, sq_y, a: float, b: float) -> torch.Tensor:
+    """2(b - a‖x - y‖) per element pair (n, K, m, L): the logistic argument of PCME's σ(b - a‖x - y‖).
+
+    PCME's σ(z) = e^z / (e^z + e^-z) = logistic(2z), so its learned (a, b) plug in unchanged. Without autograd
+    (:func:`compute_similarity`) this overwrites ``dots`` in place and allocates no block-sized temporary.
+    """
+    if torch.is_grad_enabled():
+        # ‖x - y‖² = ‖x‖² + ‖y‖² - 2<x, y>; clamp the rounding error below zero before the sqrt
+        d2 = sq_x[:, :, None, None] + sq_y[None, None, :, :] - 2.0 * dots
+        return 2.0 * (b - a * d2.clamp_min(0.0).sqrt())
+    z = dots.mul_(-2.0).add_(sq_x[:, :, None, None]).add_(sq_y[None, None, :, :])
+    return z.clamp_min_(0.0).sqrt_().mul_(-2.0 * a).add_(2.0 * b)
+
+
 def _match_prob(dots, sq_x, sq_y, a: float = 5.0, b: float = 5.0):
-    # ‖x - y‖² = ‖x‖² + ‖y‖² - 2<x, y>; clamp the rounding error below zero before the sqrt
-    d2 = sq_x[:, :, None, None] + sq_y[None, None, :, :] - 2.0 * dots
-    dist = d2.clamp_min(0.0).sqrt()
-    # PCME's sigma(z) = e^z / (e^z + e^-z) = logistic(2z), so its learned (a, b) plug in unchanged
-    return torch.sigmoid(2.0 * (b - a * dist)).mean(dim=(1, 3))
+    z = _match_logits(dots, sq_x, sq_y, a, b)
+    return (z.sigmoid_() if not torch.is_grad_enabled() else torch.sigmoid(z)).mean(dim=(1, 3))
+
+
+def _log_match_prob(dots, sq_x, sq_y, a: float = 5.0, b: float = 5.0):
+    # log mean_s σ(z_s) = LSE_s log σ(z_s) - log S, with log σ(z) exact where σ(z) underflows (≈ z for z ≪ 0)
+    z = _match_logits(dots, sq_x, sq_y, a, b)
+    s = dots.shape[1] * dots.shape[3]
+    if torch.is_grad_enabled():
+        return torch.logsumexp(F.logsigmoid(z), dim=(1, 3)) - math.log(s)
+    # in place but for one block (F.logsigmoid would allocate two on CPU): log σ(z) = min(z, 0) - log(1 + e^-|z|)
+    log_p = z.clamp_max(0.0)
+    log_p.sub_(z.abs_().neg_().exp_().log1p_())
+    top = log_p.amax(dim=(1, 3), keepdim=True)  # finite: log σ(z) >= z - log 2, and z is finite
+    total = log_p.sub_(top).exp_().sum(dim=(1, 3))  # in [1, S]: the largest term is exp(0)
+    return total.log_() + top[:, 0, :, 0] - math.log(s)
 
 
 _register(SetMeasure("cosine", _cosine, normalize=True, temporaries=0))
@@ -98,12 +127,16 @@ _register(SetMeasure("max", _max, normalize=True, temporaries=0))
 _register(SetMeasure("mean", _mean, normalize=True, temporaries=0))
 _register(SetMeasure("chamfer", _chamfer, normalize=True, temporaries=1))
 _register(SetMeasure("smooth_chamfer", _smooth_chamfer, normalize=True, temporaries=3))
-_register(SetMeasure("match_prob", _match_prob, normalize=False, temporaries=3, needs_norms=True))
+# match_prob works in place on the element block; log_match_prob adds one block for log σ
+_register(SetMeasure("match_prob", _match_prob, normalize=False, temporaries=0, needs_norms=True))
+_register(SetMeasure("log_match_prob", _log_match_prob, normalize=False, temporaries=1, needs_norms=True))
+
+MATCH_MEASURES = ("match_prob", "log_match_prob")
 
 
 def _measure_params(measure: str, alpha: float, params: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for the measure's reduce function; unknown names are an error."""
-    allowed = {"smooth_chamfer": {"alpha"}, "match_prob": {"a", "b"}}.get(measure, set())
+    allowed = {"smooth_chamfer": {"alpha"}, **{name: {"a", "b"} for name in MATCH_MEASURES}}.get(measure, set())
     unknown = set(params) - allowed
     if unknown:
         raise XmrError(f"measure {measure!r} has no parameter(s) {', '.join(sorted(unknown))}"
@@ -145,7 +178,7 @@ def set_similarity(images: torch.Tensor, captions: torch.Tensor, measure: str = 
     """Differentiable (B, B') similarities of a batch: images (B, K, D) or (B, D), captions (B', L, D) or (B', D).
 
     Same formulas as :func:`compute_similarity` (which calls this per block); use it inside training losses.
-    ``params``: ``a``, ``b`` for ``match_prob`` (PCME's negative scale and shift, default 5, 5).
+    ``params``: ``a``, ``b`` for ``match_prob``/``log_match_prob`` (PCME's negative scale and shift, default 5, 5).
     """
     spec = SIMILARITIES.get(measure)
     x, y = _as_sets(images, "images"), _as_sets(captions, "captions")
@@ -188,7 +221,7 @@ def compute_similarity(images, captions, measure: str = "cosine", alpha: float =
     ``chunk_size``: images per block (default: as many as fit in ``block_bytes`` of element similarities; the
     captions are split too when one image's row of elements alone would not fit). ``device``: where to compute
     and return the result (default: the device of ``images`` if it is a tensor, else CPU). ``alpha``: the
-    smooth-Chamfer temperature; ``params``: ``a``, ``b`` for ``match_prob``.
+    smooth-Chamfer temperature; ``params``: ``a``, ``b`` for ``match_prob``/``log_match_prob``.
     """
     spec = SIMILARITIES.get(measure)
     kw = _measure_params(measure, alpha, params)
@@ -241,5 +274,5 @@ def similarity_to_numpy(sims: torch.Tensor) -> np.ndarray:
     return sims.detach().to("cpu", torch.float32).numpy()
 
 
-__all__ = ["SIMILARITIES", "SetMeasure", "all_finite", "compute_similarity", "set_similarity", "similarity_to_numpy",
-           "DEFAULT_BLOCK_BYTES"]
+__all__ = ["SIMILARITIES", "MATCH_MEASURES", "SetMeasure", "all_finite", "compute_similarity", "set_similarity",
+           "similarity_to_numpy", "DEFAULT_BLOCK_BYTES"]

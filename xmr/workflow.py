@@ -28,10 +28,30 @@ def recipe_path(dataset: str, recipe: str, config_dir: str | Path = "config") ->
 
 
 def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict:
-    """What a recipe's training needs: backbone key, feature dir and the dataset's splits."""
+    """What a recipe's training needs: backbone key, feature dir, image source and the dataset's splits."""
     from xmr.config import load_run_config
 
     cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
     ds = cfg["dataset_cfg"]
     return {"backbone": cfg["features"]["backbone"], "dir": cfg["features"]["dir"],
-            "splits": ["train", ds["val_split"], ds["test_split"]], "annotations": ds.get("annotations")}
+            "source": cfg["features"]["source"], "splits": ["train", ds["val_split"], ds["test_split"]],
+            "annotations": ds.get("annotations")}
+
+
+def image_inputs(dataset: str, info: dict, splits: list[str]) -> list[str]:
+    """The files the image side of ``splits`` is read from, for a :func:`recipe_features` ``info``: the feature
+    files ``{dir}/{dataset}/{backbone}/{split}.h5``, or, end to end (``features.source: images``), the dataset's
+    annotation file(s) (the image files are checked when training starts, as ``xmr extract`` does)."""
+    if info.get("source") == "images":
+        ann = info.get("annotations") or []
+        return [ann] if isinstance(ann, str) else list(ann)
+    return [f"{info['dir']}/{dataset}/{info['backbone']}/{s}.h5" for s in splits]
+
+
+def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
+                        config_dir: str | Path = "config") -> list[str]:
+    """:func:`image_inputs` of a recipe; ``splits``: split names, or ``train`` (train + val: training reads both)
+    or ``score`` (the test split)."""
+    info = recipe_features(dataset, recipe, config_dir)
+    named = {"train": info["splits"][:2], "score": info["splits"][2:]}
+    return image_inputs(dataset, info, named.get(splits, [splits]) if isinstance(splits, str) else splits)

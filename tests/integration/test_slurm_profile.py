@@ -85,9 +85,7 @@ def jobcomp_records(state: Path) -> dict[str, dict[str, str]]:
 def test_dry_run_plans_coco_without_slurm(tmp_path):
     """`snakemake -n --profile slurm results/coco/dvse_fr.json` (the README's command): plans with the GPU-cluster resources of
     config/config.yaml (no SLURM needed); partition from $XMR_SLURM_PARTITION; several GPUs -> DDP tasks."""
-    root = copy_repo(tmp_path / "repo")
-    (root / "data" / "coco").mkdir(parents=True)
-    (root / "data" / "coco" / "dataset_coco.json").write_text("{}")  # the user's annotations (only planned)
+    root = copy_repo(tmp_path / "repo")  # a fresh clone: no data/coco at all; rule link_dataset provides it
     # SLURM's commands shadowed by stubs that fail like a missing command and log their calls
     stubs = tmp_path / "no-slurm"
     stubs.mkdir()
@@ -102,7 +100,9 @@ def test_dry_run_plans_coco_without_slurm(tmp_path):
     assert "sbatch" not in calls and "srun" not in calls  # planned, nothing submitted
     assert "Using profile slurm" in out
     blocks = {m[0]: m[1] for m in re.findall(r"rule (\w+):\n(.*?)(?=\n\n|\Z)", out, flags=re.S)}
-    assert set(blocks) == {"extract", "train", "score", "evaluate"}
+    assert set(blocks) == {"link_dataset", "extract", "train", "score", "evaluate"}  # the full COCO chain
+    assert "output: data/coco/dataset_coco.json" in blocks["link_dataset"]
+    assert len(re.findall(r"rule extract:", out)) == 3  # train, val, test features
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["resources"]["default"]
     train = blocks["train"]
     for key in ("mem_mb", "runtime", "cpus_per_task", "gpu"):

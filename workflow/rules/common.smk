@@ -3,7 +3,7 @@ import sys
 from snakemake.utils import min_version, validate
 
 from xmr.models.text_precomputed import recipe_text_feature_files
-from xmr.workflow import parse_target, recipe_features, recipe_path
+from xmr.workflow import parse_target, recipe_features, recipe_image_inputs, recipe_path
 
 min_version("9.0")
 
@@ -43,14 +43,13 @@ def target_reranker(wc):
 
 
 def train_inputs(wc):
-    info = recipe_features(wc.dataset, wc.recipe)
-    feats = [f"{info['dir']}/{wc.dataset}/{info['backbone']}/{s}.h5" for s in info["splits"][:2]]
-    return {"config": recipe_path(wc.dataset, wc.recipe), "features": feats,
+    # image side: features/*.h5, or the dataset's annotations for end-to-end recipes (features.source: images)
+    return {"config": recipe_path(wc.dataset, wc.recipe),
+            "images": recipe_image_inputs(wc.dataset, wc.recipe, "train"),
             "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["train"]}
 
 
 def score_inputs(wc):
-    info = recipe_features(wc.dataset, wc.recipe)
     return {"ckpt": f"runs/{wc.dataset}/{wc.recipe}/best.pt",
-            "features": f"{info['dir']}/{wc.dataset}/{info['backbone']}/{info['splits'][2]}.h5",
+            "images": recipe_image_inputs(wc.dataset, wc.recipe, "score"),
             "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["score"]}

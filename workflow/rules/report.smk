@@ -7,13 +7,14 @@
 from pathlib import Path
 
 from xmr.experiments import load_experiment
-from xmr.report.settings import report_methods, report_settings
+from xmr.report.settings import readme_parts, report_methods, report_settings
 
 
 def split_features(wc):
+    # features/*.h5 of the split, or the annotations for end-to-end recipes (features.source: images)
     info = recipe_features(wc.dataset, wc.recipe)
     names = dict(zip(["train", "val", "test"], info["splits"]))
-    return f"{info['dir']}/{wc.dataset}/{info['backbone']}/{names.get(wc.split, wc.split)}.h5"
+    return recipe_image_inputs(wc.dataset, wc.recipe, [names.get(wc.split, wc.split)])
 
 
 rule score_split:
@@ -120,3 +121,20 @@ rule report_summary:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} summarize {input} --out-dir reports/{wildcards.dataset} > {log} 2>&1"
+
+
+rule readme:
+    # the README's results section of a dataset (config/report.yaml `readme`), pasted between its markers
+    input:
+        lambda wc: readme_parts(wc.dataset, report_settings(wc.dataset)),
+    output:
+        "reports/{dataset}/readme.md",
+    log:
+        "logs/report/{dataset}_readme.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} readme-section {input} --section results-{wildcards.dataset} --readme README.md --out {output}"
+        " > {log} 2>&1"

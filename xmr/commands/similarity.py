@@ -11,11 +11,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--images", required=True, metavar="I.npy", help="image embeddings, (N, D) or (N, K, D)")
     p.add_argument("--captions", required=True, metavar="C.npy", help="caption embeddings, (M, D) or (M, L, D)")
     p.add_argument("--measure", default="cosine",
-                   choices=["cosine", "max", "mean", "chamfer", "smooth_chamfer", "match_prob"],
+                   choices=["cosine", "max", "mean", "chamfer", "smooth_chamfer", "match_prob", "log_match_prob"],
                    help="cosine for single vectors; set measures for (N, K, D) / (M, L, D) (default: cosine)")
     p.add_argument("--alpha", type=float, default=16.0, help="smooth-Chamfer temperature α (default: 16, DivE)")
-    p.add_argument("--mp-a", type=float, default=5.0, help="match_prob scale a (PCME negative_scale; default 5)")
-    p.add_argument("--mp-b", type=float, default=5.0, help="match_prob shift b (PCME shift; default 5)")
+    p.add_argument("--mp-a", type=float, default=5.0,
+                   help="(log_)match_prob scale a (PCME negative_scale; default 5)")
+    p.add_argument("--mp-b", type=float, default=5.0, help="(log_)match_prob shift b (PCME shift; default 5)")
     p.add_argument("--chunk-size", type=int, default=None, help="images per block (default: from a memory budget)")
     p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
     p.add_argument("--out", required=True, metavar="S.npy", help="output similarity matrix, float32 (N, M)")
@@ -38,11 +39,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from xmr.io import atomic_path
-    from xmr.similarity import compute_similarity, similarity_to_numpy
+    from xmr.similarity import MATCH_MEASURES, compute_similarity, similarity_to_numpy
 
     images = load_array(args.images, "image embeddings")
     captions = load_array(args.captions, "caption embeddings")
-    params = {"a": args.mp_a, "b": args.mp_b} if args.measure == "match_prob" else {}
+    params = {"a": args.mp_a, "b": args.mp_b} if args.measure in MATCH_MEASURES else {}
     sims = compute_similarity(images, captions, measure=args.measure, alpha=args.alpha, chunk_size=args.chunk_size,
                               device=args.device, **params)
     with atomic_path(args.out, ".npy") as tmp, open(tmp, "wb") as f:

@@ -62,11 +62,52 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
     raise XmrError(f"backbone resize: {mode!r}; choose one of {', '.join(RESIZE_MODES)}")
 
 
+def resize_image(im, size: int, resize: str = "squash", max_size: int | None = None):
+    """A PIL image -> ``(uint8 (3, H, W) network input, geometry)``: the one image preprocessing, shared by
+    extraction and end-to-end training (:mod:`xmr.train.e2e`). Geometry = ``[w, h, sx, sy, left, top]``:
+    original size, scale factors and crop offset (input = original * scale - offset)."""
+    from PIL import Image
+
+    w, h = im.size
+    (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
+    im = (im if im.mode == "RGB" else im.convert("RGB")).resize((nw, nh), Image.BILINEAR)
+    if (nw, nh) != (iw, ih):
+        im = im.crop((left, top, left + iw, top + ih))
+    x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
+    return x, torch.tensor([w, h, nw / w, nh / h, left, top], dtype=torch.float64)
+
+
+def read_image(path: str | os.PathLike, size: int, resize: str = "squash", max_size: int | None = None,
+               augment=None):
+    """Decode ``path`` and :func:`resize_image` it; ``augment(PIL image) -> PIL image`` runs first (training-time
+    crops/flips of end-to-end training; the geometry is then relative to the augmented image)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if augment is not None:
+                im = augment(im)
+            return resize_image(im, size, resize, max_size)
+    except (OSError, ValueError) as e:
+        raise XmrError(f"{path}: cannot read image ({e})") from None
+
+
+def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, int | None]:
+    """``(input_size, resize mode, max_size)`` of a backbone: its config, else the backbone's own defaults."""
+    size = int(backbone_cfg.get("input_size") or 224)
+    resize = backbone_cfg.get("resize") or getattr(backbone, "resize", "squash")
+    max_size = backbone_cfg.get("max_size") or getattr(backbone, "max_size", None)
+    if resize not in RESIZE_MODES:
+        raise XmrError(f"backbone {backbone_cfg.get('key', backbone_cfg['name'])}: resize {resize!r}; choose one "
+                       f"of {', '.join(RESIZE_MODES)}")
+    return size, resize, max_size
+
+
 class ImageFolderDataset(Dataset):
     """Decodes and resizes images in worker processes so that decoding overlaps the forward pass.
 
-    Items are ``(image (3, H, W) uint8, geometry)`` where geometry = ``[w, h, sx, sy, left, top]``: original
-    size, scale factors and crop offset (input = original * scale - offset). Images stay uint8 until they are
+    Items are ``(image (3, H, W) uint8, geometry)`` (:func:`resize_image`). Images stay uint8 until they are
     on the compute device (:func:`normalise`): a quarter of the bytes through worker IPC and host-to-GPU copies.
     """
 
@@ -77,21 +118,7 @@ class ImageFolderDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        from PIL import Image
-
-        p = self.paths[i]
-        try:
-            with Image.open(p) as im:
-                w, h = im.size
-                (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, self.size, self.resize, self.max_size)
-                im = im.convert("RGB").resize((nw, nh), Image.BILINEAR)
-                if (nw, nh) != (iw, ih):
-                    im = im.crop((left, top, left + iw, top + ih))
-                x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
-        except (OSError, ValueError) as e:
-            raise XmrError(f"{p}: cannot read image ({e})") from None
-        geom = torch.tensor([w, h, nw / w, nh / h, left, top], dtype=torch.float64)
-        return x, geom
+        return read_image(self.paths[i], self.size, self.resize, self.max_size)
 
 
 def normalise(x: torch.Tensor, mean, std, image_sizes: list[tuple[int, int]] | None = None) -> torch.Tensor:
@@ -164,12 +191,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     if dev.type == "cpu":
         tune_cpu_allocator()
     backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev)
-    size = int(backbone_cfg.get("input_size") or 224)
-    resize = backbone_cfg.get("resize") or getattr(backbone, "resize", "squash")
-    max_size = backbone_cfg.get("max_size") or getattr(backbone, "max_size", None)
-    if resize not in RESIZE_MODES:
-        raise XmrError(f"backbone {backbone_cfg.get('key', backbone_cfg['name'])}: resize {resize!r}; choose one "
-                       f"of {', '.join(RESIZE_MODES)}")
+    size, resize, max_size = input_settings(backbone_cfg, backbone)
     padded = resize == "shorter_side"
     if padded and not getattr(backbone, "supports_keep_aspect", False):
         raise XmrError(f"backbone {backbone_cfg['name']}: resize shorter_side needs a region backbone "

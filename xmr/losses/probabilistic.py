@@ -67,7 +67,12 @@ def soft_contrastive_nll(logits: torch.Tensor, is_match: torch.Tensor, logit_sca
 
 def match_probability(img_samples: torch.Tensor, txt_samples: torch.Tensor, scale: torch.Tensor | float,
                       shift: torch.Tensor | float, logit_scale: float = 2.0) -> torch.Tensor:
-    """(B, B') mean over the J×L sample pairs of σ_k(-a‖z_i - z_j‖ + b) (differentiable; small batches)."""
+    """(B, B') mean over the J×L sample pairs of σ_k(-a‖z_i - z_j‖ + b) (differentiable; small batches).
+
+    Probabilities, for inspection: in float32 they are exactly 0 for far pairs. The loss does not use them
+    (:func:`soft_contrastive_nll` works in log space); test-time ranking uses ``xmr.similarity``'s
+    ``log_match_prob``.
+    """
     logits = match_logits(pairwise_sample_distances(img_samples, txt_samples), scale, shift)
     return torch.sigmoid(logit_scale * logits).mean(dim=(-2, -1))
 

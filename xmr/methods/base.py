@@ -29,13 +29,33 @@ class RetrievalModel(nn.Module):
     """
 
     schema: ClassVar[dict] = {}
+    # True when compute_loss is a function of (img, txt, pos_mask) and parameters only, so that DDP can gather
+    # every process's embeddings into one global batch (train.gather_negatives)
+    gathered_loss: ClassVar[bool] = False
 
     def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed_dim = cfg["model"]["embed_dim"]
+        # dataset image indices of the current training batch, set by the trainer before each forward (memory
+        # banks use them to recognise entries of the same image); None outside the trainer
+        self.batch_image_index: torch.Tensor | None = None
+        # end-to-end training (features.source: images): the trainer attaches an xmr.train.e2e.FinetunedBackbone
+        self.image_backbone: nn.Module | None = None
 
     # -- encoders ---------------------------------------------------------------------------------
+    def image_local_features(self, image_input: torch.Tensor,
+                             num_regions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, R, F) local features + (B,) counts: precomputed features pass through; with an image backbone
+        (end to end), ``image_input`` is uint8 pixels (B, 3, H, W) and goes through it."""
+        if self.image_backbone is None:
+            return image_input, num_regions
+        return self.image_backbone(image_input)
+
+    def embed_images(self, image_input: torch.Tensor, num_regions: torch.Tensor | None) -> torch.Tensor:
+        """Image embeddings from a batch as the data loaders give it (features or pixels)."""
+        return self.encode_image(*self.image_local_features(image_input, num_regions))
+
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -78,3 +98,13 @@ class RetrievalModel(nn.Module):
         if slow:
             groups.append({"params": slow, "lr": lr * backbone_scale, "name": "text_backbone"})
         return groups
+
+    def with_image_backbone_group(self, groups: list[dict], lr: float) -> list[dict]:
+        """``groups`` (from :meth:`param_groups`, possibly a subclass's) with the end-to-end image backbone's
+        parameters moved into their own group ``image_backbone`` at ``lr``; unchanged without a backbone."""
+        if self.image_backbone is None:
+            return groups
+        mine = [p for p in self.image_backbone.parameters() if p.requires_grad]
+        ids = {id(p) for p in mine}
+        rest = [{**g, "params": [p for p in g["params"] if id(p) not in ids]} for g in groups]
+        return [g for g in rest if g["params"]] + [{"params": mine, "lr": lr, "name": "image_backbone"}]

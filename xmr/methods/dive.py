@@ -6,6 +6,10 @@ over the slots, residual update, pre-LN GELU MLP, output LN(E^T) + LN(global), L
 Image: local features -> FC + residual 2-layer MLP (VSE∞ style, ROI setting) -> dropout; global = max-pool of
 the projected features (ROI) or average (conv). Caption: the SPM reads the word embeddings (released code),
 the global feature comes from the BiGRU outputs.
+Training-time augmentation (:mod:`xmr.models.augment`, training mode only; defaults = released
+``--butd_drop_prob 0.2 --caption_drop_prob 0.2``, paper readings as options): each local feature dropped with
+p = 0.2 before the projection (2-D grid positions are dropped with their cells), each inner caption token hit
+with p = 0.2 and then masked (50%), replaced (10%) or deleted (40%).
 Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.set_similarity`).
 Loss: hardest-negative triplet on the smooth-Chamfer matrix (mean reduction, as the code) +
 0.01 · MMD(all image elements, all caption elements) + 0.01 · diversity (mean over a set's element pairs of
@@ -21,6 +25,8 @@ from xmr.errors import XmrError
 from xmr.losses.set_regularizers import mmd_rbf, pairwise_uniformity
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.augment import (SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, compact,
+                                region_keep_mask, text_augment_style_schema)
 from xmr.models.image import LocalProjection
 from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
 from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
@@ -59,6 +65,9 @@ class DivE(RetrievalModel):
                 "text_pos_enc": {"enum": ["none", "sine1d"], "default": "sine1d"},
                 "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
                                  "description": "lr multiplier of the image projection + both SPMs (code)"},
+                "size_augment": SIZE_AUGMENT_SCHEMA,
+                "text_augment": TEXT_AUGMENT_SCHEMA,
+                "text_augment_style": text_augment_style_schema("mask_random_delete"),
             }),
             "loss": strict_section({
                 "margin": {"type": "number", "minimum": 0, "default": 0.2},
@@ -93,17 +102,25 @@ class DivE(RetrievalModel):
 
     def encode_image(self, feats, num_regions):
         m = self.cfg["model"]
+        pos = None
+        if m["image_pos_enc"] == "sine2d":  # one position per grid cell, fixed before any cell is dropped
+            pos = sine_positions_2d(feats.shape[1], self.embed_dim, feats.device)[None]
+        aug = m["size_augment"]
+        if self.training and aug["mode"] != "none" and aug["p"] > 0:
+            keep = region_keep_mask(num_regions, feats.shape[1], aug["mode"], aug["p"])
+            if pos is not None:
+                pos = compact(pos.expand(feats.shape[0], -1, -1), keep)[0]
+            feats, num_regions = compact(feats, keep)
         local = self.image_dropout(self.image_proj(feats))
         glob = POOLS[m["image_global_pool"]](local, num_regions)
-        pos = None
-        if m["image_pos_enc"] == "sine2d":
-            pos = sine_positions_2d(local.shape[1], local.shape[2], local.device)[None].to(local.dtype)
-        out = self.image_spm(local, num_regions, glob, pos)
+        out = self.image_spm(local, num_regions, glob, None if pos is None else pos.to(local.dtype))
         self._aux["image_slots"] = out["slots"]
         return out["embeddings"]
 
     def encode_text(self, batch):
         m = self.cfg["model"]
+        if self.training:
+            batch = augment_caption_batch(batch, self.text, m["text_augment"], m["text_augment_style"])
         glob, local, lengths = text_global_and_local(self.text, batch, m["text_global"], m["text_local"])
         pos = None
         if m["text_pos_enc"] == "sine1d":

@@ -13,8 +13,12 @@ Training draws J samples per item (reparameterised) and minimises the soft contr
 
 Interface with the trainer: in training mode ``encode_image``/``encode_text`` return (B, 2, D) = [μ, log σ]
 (one tensor, as the trainer expects) and ``compute_loss`` samples; in eval mode they return what
-``model.pcme_score`` ranks by: J samples (B, J, D) drawn with fixed noise (``match_prob``, ``sample_mean_dot``)
-or μ (B, D) (``mean_cosine``).
+``model.pcme_score`` ranks by: J samples (B, J, D) drawn with fixed noise (``log_match_prob``, ``match_prob``,
+``sample_mean_dot``) or μ (B, D) (``mean_cosine``). The default test score is the log of the match probability
+(``log_match_prob``): the paper's ranking, without the float32 underflow that ties far pairs at probability 0.
+
+Training-time caption augmentation (released ``caption_drop_prob: 0.1``): each word becomes <unk> with prob p,
+then ⌊p·n⌋ of the n words are deleted (:mod:`xmr.models.augment`, ``unk_then_delete``; training mode only).
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ from xmr.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, released_vib_kl, sample_gaussian,
                                       soft_contrastive_loss, uniformity_loss)
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.augment import TEXT_AUGMENT_SCHEMA, augment_caption_batch, text_augment_style_schema
 from xmr.models.pooling import mean_pool
 from xmr.models.set_heads import (POOLS, MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local,
                                   text_local_dim)
 from xmr.models.text import build_text_encoder
 
 # pcme_score -> the xmr.similarity measure eval.similarity must name (or "model")
-SCORE_MEASURES = {"match_prob": "match_prob", "mean_cosine": "cosine", "sample_mean_dot": "mean"}
+SCORE_MEASURES = {"log_match_prob": "log_match_prob", "match_prob": "match_prob", "mean_cosine": "cosine",
+                  "sample_mean_dot": "mean"}
+# re-rankers that must be told (parameter scores: log_prob) that the matrix holds log-probabilities
+LOG_SCORE_RERANKERS = ("dsl", "mr")
 # match_sigmoid -> k in σ(x) = logistic(k·x)
 LOGIT_SCALES = {"released": 2.0, "paper": 1.0}
 
@@ -71,6 +79,7 @@ class LastStepBiGRU(nn.Module):
 
 @METHODS.register("pcme")
 class PCME(RetrievalModel):
+    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -82,9 +91,11 @@ class PCME(RetrievalModel):
                                      "description": "J at test time (released: n_samples_inference 7)"},
                 "eval_seed": {"type": "integer", "default": 0,
                               "description": "seed of the fixed test-time noise (deterministic scores)"},
-                "pcme_score": {"enum": list(SCORE_MEASURES), "default": "match_prob",
-                               "description": "test-time ranking: match_prob (paper: mean over J×J sample pairs "
-                                              "of the match probability), mean_cosine (cosine of the means μ), "
+                "pcme_score": {"enum": list(SCORE_MEASURES), "default": "log_match_prob",
+                               "description": "test-time ranking: log_match_prob (paper's ranking by the mean "
+                                              "over J×J sample pairs of the match probability, stored as its "
+                                              "log: no float32 underflow), match_prob (the probability itself; "
+                                              "far pairs tie at 0), mean_cosine (cosine of the means μ), "
                                               "sample_mean_dot (released configs' eval_method matmul: sum of "
                                               "J×J sample dot products)"},
                 "init_scale": {"type": "number", "default": 15.0,
@@ -106,6 +117,10 @@ class PCME(RetrievalModel):
                 "text_sigma_branch": {"enum": ["gru", "linear"], "default": "gru",
                                       "description": "global term of the caption log σ: a BiGRU over the attention "
                                                      "input read at the last word (released) or FC(sentence vector)"},
+                "text_augment": {**TEXT_AUGMENT_SCHEMA, "default": 0.1,
+                                 "description": "training-time caption word drop prob (released "
+                                                "caption_drop_prob 0.1, COCO and CUB); 0 = off"},
+                "text_augment_style": text_augment_style_schema("unk_then_delete"),
             }),
             "loss": strict_section({
                 "vib_beta": {"type": "number", "minimum": 0, "default": 1e-5, "description": "β of the KL term"},
@@ -131,6 +146,12 @@ class PCME(RetrievalModel):
         if cfg["eval"]["similarity"] not in (need, "model"):
             raise XmrError(f"eval.similarity: {cfg['eval']['similarity']!r} does not fit model.pcme_score "
                            f"{m['pcme_score']!r}; set eval.similarity: {need}")
+        want = "log_prob" if need == "log_match_prob" else "similarity"
+        for name in LOG_SCORE_RERANKERS:
+            params = cfg["eval"].get("rerank", {}).get(name)
+            if isinstance(params, dict) and params.get("scores", "similarity") != want:
+                raise XmrError(f"eval.rerank.{name}.scores: {params.get('scores', 'similarity')!r} does not fit "
+                               f"model.pcme_score {m['pcme_score']!r}; set eval.rerank.{name}.scores: {want}")
         self.logit_scale = LOGIT_SCALES[m["match_sigmoid"]]
         # image: global = FC(avg-pooled features); mean = PIE on the local features; log σ = uncertainty head
         self.image_fc = nn.Linear(image_dim, d)
@@ -158,8 +179,10 @@ class PCME(RetrievalModel):
         return nn.functional.normalize(mu, dim=-1), log_sigma
 
     def text_distribution(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(μ (B, D) unit norm, log σ (B, D)) of a batch of captions."""
+        """(μ (B, D) unit norm, log σ (B, D)) of a batch of captions (word-drop augmented in training mode)."""
         m = self.cfg["model"]
+        if self.training:
+            batch = augment_caption_batch(batch, self.text, m["text_augment"], m["text_augment_style"])
         glob, local, lengths = text_global_and_local(self.text, batch, m["text_pool"], m["text_attention_input"])
         mu = self.text_pie(glob, local, lengths)["embeddings"][:, 0]
         sigma_global = (self.text_sigma_global(local, lengths) if m["text_sigma_branch"] == "gru"
@@ -220,9 +243,14 @@ class PCME(RetrievalModel):
             terms["uniformity"] = unif.detach()
         return {"loss": loss, **terms}
 
+    @property
+    def eval_similarity(self) -> str:
+        """The :mod:`xmr.similarity` measure the test scores are (the one ``model.pcme_score`` names)."""
+        return SCORE_MEASURES[self.cfg["model"]["pcme_score"]]
+
     def match_params(self) -> dict[str, float]:
-        """(a, b) for :func:`xmr.similarity.compute_similarity`'s ``match_prob``, which computes
-        logistic(2·(b - a·d)): the learned values rescaled to this model's ``match_sigmoid``."""
+        """(a, b) for :func:`xmr.similarity.compute_similarity`'s ``match_prob``/``log_match_prob``, which
+        compute logistic(2·(b - a·d)): the learned values rescaled to this model's ``match_sigmoid``."""
         half_k = self.logit_scale / 2.0
         return {"a": float(self.scale.detach()) * half_k, "b": float(self.shift.detach()) * half_k}
 
@@ -230,8 +258,8 @@ class PCME(RetrievalModel):
         from xmr.similarity import compute_similarity
 
         score = self.cfg["model"]["pcme_score"]
-        if score == "match_prob":
-            return compute_similarity(img, txt, measure="match_prob", **self.match_params())
+        if score in ("log_match_prob", "match_prob"):
+            return compute_similarity(img, txt, measure=score, **self.match_params())
         if score == "sample_mean_dot":
             # mean of the J×J raw sample dot products; ranks like the released sum of them
             return compute_similarity(img, txt, measure="mean", normalize=False)

@@ -94,6 +94,7 @@ class RRFBranch(nn.Module):
 
 @METHODS.register("rrf")
 class RRFNet(RetrievalModel):
+    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {

@@ -16,9 +16,9 @@ from torch import nn
 from xmr.losses.adaptive_objective import adopt_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
-from xmr.methods.vse_inf import (GPO_SCHEMA, SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch,
-                                 drop_regions)
+from xmr.methods.vse_inf import GPO_SCHEMA
 from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
+from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import max_pool, mean_pool
@@ -60,6 +60,7 @@ class Pool(nn.Module):
 
 @METHODS.register("vse_2ad")
 class VSE2AD(RetrievalModel):
+    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {

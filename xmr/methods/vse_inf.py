@@ -1,9 +1,8 @@
 """VSE∞ (Chen et al., CVPR 2021): GPO pooling of projected local features for both modalities, VSE++ loss with a
 warm-up of averaged hinges (VSE0) before the hardest negative (``vse_mean_warmup_epochs`` in woodfrog/vse_infty).
 
-Also home of the training-time augmentations VSE∞ applies (and VSE+2AD / CODER inherit): random region/grid drop
-("size augmentation") and caption token masking/replacement/deletion. They run inside the model, in training mode
-only, so every method sharing the trainer can switch them on in its config.
+Training-time augmentations (random region/grid drop, caption token masking/replacement/deletion) come from
+:mod:`xmr.models.augment`, shared with VSE+2AD, CODER and DivE; they run in training mode only.
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ import torch.nn.functional as F
 
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
-from xmr.models.pooling import length_mask
 from xmr.models.text import build_text_encoder
 
 GPO_SCHEMA = strict_section({
@@ -27,93 +26,11 @@ GPO_SCHEMA = strict_section({
 })
 GPO_SCHEMA["default"] = {}
 
-SIZE_AUGMENT_SCHEMA = strict_section({
-    "mode": {"enum": ["none", "region", "grid"], "default": "region",
-             "description": "region: drop each region with prob p (VSE∞ precomputed regions); grid: with prob "
-                            "1-p drop each cell with prob p·r, r ~ U(p, 1) (VSE∞ backbone grids)"},
-    "p": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2},
-})
-SIZE_AUGMENT_SCHEMA["default"] = {}
-
-TEXT_AUGMENT_SCHEMA = {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2,
-                       "description": "per-token perturbation prob (then 50% mask, 10% random token, 40% delete); "
-                                      "0 = off"}
-
-
-# -- augmentation (training mode only) -------------------------------------------------------------------------
-def compact(x: torch.Tensor, keep: torch.Tensor, pad_value: float = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move the kept entries of each row of ``x`` (B, T, ...) to the front (order preserved), pad the rest with
-    ``pad_value`` and trim to the longest row. Returns (x, lengths)."""
-    order = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices
-    n = keep.sum(1)
-    t = max(1, int(n.max()))
-    order = order[:, :t]
-    idx = order.reshape(*order.shape, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:])
-    out = x.gather(1, idx)
-    valid = length_mask(n, t).reshape(*order.shape, *([1] * (x.dim() - 2)))
-    return out.masked_fill(~valid, pad_value), n
-
-
-def drop_regions(feats: torch.Tensor, num_regions: torch.Tensor, mode: str = "region",
-                 p: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
-    """VSE∞ size augmentation: randomly drop local features, keeping at least one per image."""
-    if mode == "none" or p == 0:
-        return feats, num_regions
-    b, r = feats.shape[:2]
-    valid = length_mask(num_regions, r)
-    u = torch.rand(b, r, device=feats.device)
-    if mode == "region":
-        keep = u > p
-    else:  # grid: most images (prob 1-p) lose a random fraction of their cells, the rest keep all
-        r2 = torch.rand(b, device=feats.device)
-        keep = (u > p * r2[:, None]) | ~(r2 > p)[:, None]
-    keep = keep & valid
-    keep[:, 0] |= keep.sum(1) == 0
-    return compact(feats, keep)
-
-
-def augment_token_ids(ids: torch.Tensor, lengths: torch.Tensor, p: float, mask_id: int, random_low: int,
-                      random_high: int, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """VSE∞ caption augmentation on (B, T) token ids whose first and last valid tokens are boundary tokens
-    (<start>/<end>, [CLS]/[SEP]): each inner token with prob ``p`` is masked (50%), replaced by a random id in
-    [random_low, random_high) (10%) or deleted (40%)."""
-    b, t = ids.shape
-    pos = torch.arange(t, device=ids.device)[None, :]
-    inner = (pos >= 1) & (pos < lengths[:, None] - 1)
-    u = torch.rand(b, t, device=ids.device)
-    hit = inner & (u < p)
-    v = u / max(p, 1e-12)  # conditional draw, as the reference code (prob /= p)
-    ids = torch.where(hit & (v < 0.5), torch.full_like(ids, mask_id), ids)
-    rand_ids = torch.randint(random_low, random_high, ids.shape, device=ids.device)
-    ids = torch.where(hit & (v >= 0.5) & (v < 0.6), rand_ids, ids)
-    keep = (pos < lengths[:, None]) & ~(hit & (v >= 0.6))
-    return compact(ids, keep, pad_id)
-
-
-def augment_caption_batch(batch: dict, text_encoder, p: float) -> dict:
-    """Token augmentation for the id-based text encoders (bigru: ``ids``; bert: ``input_ids``); others unchanged."""
-    if p <= 0:
-        return batch
-    if "ids" in batch:  # BiGRU over the xmr vocabulary (no <mask> word: <unk> plays its role)
-        from xmr.text.vocab import SPECIALS, UNK
-
-        vocab = text_encoder.vocab
-        ids, lengths = augment_token_ids(batch["ids"], batch["lengths"], p, vocab.index[UNK], len(SPECIALS),
-                                         max(len(SPECIALS) + 1, len(vocab)))
-        return {**batch, "ids": ids, "lengths": lengths}
-    if "input_ids" in batch:
-        tok = text_encoder.tokenizer
-        lengths = batch["attention_mask"].sum(1)
-        ids, lengths = augment_token_ids(batch["input_ids"], lengths, p, tok.mask_token_id, 0, len(tok),
-                                         tok.pad_token_id or 0)
-        mask = length_mask(lengths, ids.shape[1]).to(batch["attention_mask"].dtype)
-        return {**batch, "input_ids": ids, "attention_mask": mask, "lengths": lengths}
-    return batch
-
 
 # -- the method ------------------------------------------------------------------------------------------------
 @METHODS.register("vse_inf")
 class VSEInfinity(RetrievalModel):
+    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {

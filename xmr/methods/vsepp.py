@@ -16,6 +16,7 @@ POOLS = {"mean": mean_pool, "max": max_pool}
 
 @METHODS.register("vsepp")
 class VSEPP(RetrievalModel):
+    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {

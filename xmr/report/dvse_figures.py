@@ -44,7 +44,7 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     """
     from torch.utils.data import DataLoader
 
-    from xmr.train.data import ImageDataset, collate_images, load_split_with_features
+    from xmr.train.data import image_input, image_loader_parts, load_split_images
     from xmr.train.trainer import load_trained
     from xmr.utils import resolve_device
 
@@ -55,13 +55,15 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, feats = load_split_with_features(cfg, split)
+    data, images = load_split_images(cfg, split)  # features, or image files for end-to-end runs
     n = data.num_images if max_images is None else min(max_images, data.num_images)
-    loader = DataLoader(ImageDataset(feats, list(range(n)), cfg["features"]["max_regions"]),
-                        batch_size=cfg["eval"]["batch_size"], collate_fn=collate_images)
+    dataset, collate = image_loader_parts(images, list(range(n)), cfg["features"]["max_regions"])
+    loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)
     total, count = None, 0
     for b in loader:
-        x = _set_vectors(model, b["feats"].to(dev), b["num_regions"].to(dev), kind).double()
+        pixels_or_feats, nr = image_input(b)
+        feats, nr = model.image_local_features(pixels_or_feats.to(dev), None if nr is None else nr.to(dev))
+        x = _set_vectors(model, feats, nr, kind).double()
         if measure == "pearson":
             x = x - x.mean(dim=-1, keepdim=True)
         x = torch.nn.functional.normalize(x, dim=-1)

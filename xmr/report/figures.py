@@ -278,22 +278,25 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     """DVSE Fig. 10 from a trained set-based run: the attention of each image sub-embedding over test images."""
     import torch
 
-    from xmr.train.data import load_split_with_features
+    from xmr.train.data import image_input, image_loader_parts, load_split_images
     from xmr.train.trainer import load_trained
 
     model, cfg = load_trained(run_dir, device)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, feats = load_split_with_features(cfg, split)
+    data, source = load_split_images(cfg, split)  # features, or image files for end-to-end runs
     picks = pick_queries(data.num_images, images, seed)
     if not picks:
         raise XmrError(f"no images to show for {run_dir}")
-    boxes = feats.boxes()
-    sizes = feats.image_sizes()
+    boxes = getattr(source, "boxes", lambda: None)()
+    sizes = getattr(source, "image_sizes", lambda: None)()
+    dataset, collate = image_loader_parts(source, picks, cfg["features"]["max_regions"])
     items = []
-    for i in picks:
-        n = int(feats.num_regions[i])
-        x = torch.from_numpy(np.asarray(feats[i][:n], dtype=np.float32))[None].to(device)
-        attn, mask = image_attention(model, x, torch.tensor([n], device=device))
+    for k, i in enumerate(picks):
+        pixels_or_feats, nr = image_input(collate([dataset[k]]))
+        with torch.no_grad():
+            x, num = model.image_local_features(pixels_or_feats.to(device), None if nr is None else nr.to(device))
+        n = int(num[0])
+        attn, mask = image_attention(model, x, num)
         path = Path(data.image_paths[i]) if data.image_paths else None
         if path is None or not path.exists():
             raise XmrError(f"image {data.image_ids[i]} of {cfg['dataset']} {split} is not on disk ({path})")

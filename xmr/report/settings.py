@@ -15,6 +15,7 @@ BASE = {
     "fr_grid": {"recipes": [], "split": "val", "gammas": [5, 10, 20, 25, 50], "lambdas": [5, 10, 20, 25, 50]},
     "examples": {"recipe": None, "queries": 1, "top_k": 5, "seed": 0},
     "subembeddings": {"recipes": [], "images": 1, "seed": 0},
+    "readme": [],
     "curves": True,
     "mlflow": True,
 }
@@ -37,4 +38,9 @@ def report_methods(dataset: str, settings: dict, config_dir: str | os.PathLike =
     return sorted(p.stem for p in recipes.glob("*.yaml"))
 
 
-__all__ = ["report_settings", "report_methods", "BASE"]
+def readme_parts(dataset: str, settings: dict) -> list[str]:
+    """The generated Markdown files README.md shows for ``dataset`` (section ``results-{dataset}``)."""
+    return [p.format(dataset=dataset) for p in settings["readme"]]
+
+
+__all__ = ["report_settings", "report_methods", "readme_parts", "BASE"]

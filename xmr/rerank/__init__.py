@@ -253,6 +253,23 @@ def _as_matrix(sims) -> torch.Tensor:
     return t
 
 
+def reject_nonpositive_scores(sims: torch.Tensor, name: str, why: str) -> None:
+    """Error when every score is <= 0 (and some < 0), as in log-probabilities (PCME's ``log_match_prob``), for a
+    re-ranker reading ``sims`` as non-negative similarities (``why`` says how its formula breaks)."""
+    if float(sims.amax()) <= 0.0 and float(sims.amin()) < 0.0:
+        raise XmrError(f"re-ranker {name!r}: every similarity is <= 0, as in log-probabilities (PCME's "
+                       f"log_match_prob); {why}. For log-probabilities pass scores=log_prob (PCME's config sets "
+                       f"eval.rerank.{name}.scores: log_prob); see docs/evaluation.md")
+
+
+def require_log_probabilities(sims: torch.Tensor, name: str) -> None:
+    """Error unless every score is a log-probability (<= 0), for a re-ranker given ``scores=log_prob``."""
+    top = float(sims.amax())
+    if top > 0.0:
+        raise XmrError(f"re-ranker {name!r}: scores=log_prob but the matrix has a score {top:g} > 0, so it is not "
+                       "log-probabilities; use scores=similarity (e.g. for PCME with model.pcme_score match_prob)")
+
+
 def prepare_rerank(sims, name: str, params: Mapping[str, Any] | None = None, captions_per_image: int | None = None,
                    dataset: str | None = None, context: RerankContext | None = None) -> tuple[Rescoring, dict]:
     """Lazy re-ranked scores of ``sims`` and the resolved parameters (what was actually used)."""
@@ -275,4 +292,5 @@ def rerank(sims, name: str, params: Mapping[str, Any] | None = None, captions_pe
 from xmr.rerank import fast, kreciprocal, multivariate, inverted_softmax, dual_softmax, qbnorm, csls  # noqa: E402,F401
 
 __all__ = ["RERANKERS", "Rescoring", "full", "arange", "RerankContext", "RerankerSpec", "rerank", "prepare_rerank",
-           "default_params", "resolve_params", "describe_params", "iter_blocks", "DEFAULT_BLOCK_BYTES"]
+           "default_params", "resolve_params", "describe_params", "iter_blocks", "reject_nonpositive_scores",
+           "require_log_probabilities", "DEFAULT_BLOCK_BYTES"]

@@ -1,4 +1,10 @@
-"""Datasets over (precomputed image features, captions) for training and encoding."""
+"""Datasets over (image side, captions) for training and encoding.
+
+The image side is either precomputed features (:class:`FeatureFile`; batches carry ``feats`` (B, R, F) and
+``num_regions``) or, for end-to-end training (``features.source: images``), the split's image files
+(:class:`ImageFiles`; batches carry uint8 ``images`` (B, 3, H, W) for the model's backbone). :func:`image_input`
+gives either as the ``(image_input, num_regions)`` pair the model takes.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ from torch.utils.data import Dataset
 
 from xmr.data.base import CaptionedSplit, load_split
 from xmr.errors import XmrError
+from xmr.features.extract import read_image
 from xmr.features.store import FeatureFile
+from xmr.train.e2e import image_input_settings, is_end_to_end
 
 
 def feature_path(cfg: dict, split: str) -> Path:
@@ -25,6 +33,76 @@ def load_split_with_features(cfg: dict, split: str) -> tuple[CaptionedSplit, Fea
         raise XmrError(f"{feats.path}: image ids do not match split {split!r} of {cfg['dataset']} "
                        f"({len(feats.image_ids)} vs {data.num_images} images); re-extract the features")
     return data, feats
+
+
+class TrainAugment:
+    """VSE∞'s training-time image augmentation (``RawImageDataset._process_image``), on the original image before
+    the shared resize: a crop of a U(low, high) fraction of each side at a uniform position, and a horizontal flip
+    with probability ``hflip``. Draws from torch's RNG, which the trainer reseeds every epoch (and DataLoader
+    seeds per worker), so runs repeat exactly."""
+
+    def __init__(self, crop_scale: list[float] | None = None, hflip: float = 0.0) -> None:
+        self.crop_scale, self.hflip = crop_scale, hflip
+
+    def __call__(self, im):
+        from PIL import Image
+
+        if self.crop_scale is not None:
+            lo, hi = self.crop_scale
+            r = lo + (hi - lo) * torch.rand(()).item()
+            w, h = im.size
+            cw, ch = max(1, int(w * r)), max(1, int(h * r))
+            left = int(torch.randint(0, w - cw + 1, ()).item())
+            top = int(torch.randint(0, h - ch + 1, ()).item())
+            im = im.crop((left, top, left + cw, top + ch))
+        if self.hflip and torch.rand(()).item() < self.hflip:
+            im = im.transpose(Image.FLIP_LEFT_RIGHT)
+        return im
+
+
+class ImageFiles(Dataset):
+    """A split's image files as uint8 network inputs (B, 3, H, W), prepared by ``xmr extract``'s
+    :func:`~xmr.features.extract.read_image` (same size, resize mode), plus ``augment`` in training."""
+
+    def __init__(self, paths: list[Path], size: int, resize: str = "squash", max_size: int | None = None,
+                 augment: TrainAugment | None = None) -> None:
+        self.paths, self.size, self.resize, self.max_size, self.augment = paths, size, resize, max_size, augment
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return read_image(self.paths[i], self.size, self.resize, self.max_size, self.augment)[0]
+
+
+def load_split_with_images(cfg: dict, split: str, train: bool = False) -> tuple[CaptionedSplit, ImageFiles]:
+    """A split and its image files for end-to-end training; ``train`` adds the configured augmentation."""
+    data = load_split(cfg["dataset_cfg"], split)
+    if len(data.image_paths) != data.num_images:
+        raise XmrError(f"dataset {cfg['dataset']} split {split}: no image files (a features-only dataset); "
+                       f"features.source: images needs the images, use features.source: precomputed")
+    missing = [p for p in data.image_paths if not Path(p).exists()]
+    if missing:
+        raise XmrError(f"{missing[0]}: image not found ({len(missing)} of {data.num_images} missing in split "
+                       f"{split}); check the dataset's `images:` folder")
+    ib = cfg["image_backbone"]
+    augment = TrainAugment(ib["crop_scale"], ib["hflip"]) if train and (ib["crop_scale"] or ib["hflip"]) else None
+    size, resize, max_size = image_input_settings(cfg)
+    return data, ImageFiles(data.image_paths, size, resize, max_size, augment)
+
+
+def load_split_images(cfg: dict, split: str, train: bool = False) -> tuple[CaptionedSplit, FeatureFile | ImageFiles]:
+    """The split with its image side: features (``features.source: precomputed``) or image files (``images``)."""
+    if is_end_to_end(cfg):
+        return load_split_with_images(cfg, split, train)
+    return load_split_with_features(cfg, split)
+
+
+def image_input(batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(image_input, num_regions)`` of a batch: padded features and counts, or pixels and None."""
+    if "images" in batch:
+        return batch["images"], None
+    return batch["feats"], batch["num_regions"]
 
 
 def _image_item(feats: FeatureFile, i: int, max_regions: int | None) -> tuple[torch.Tensor, int]:
@@ -44,9 +122,10 @@ def _stack_regions(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor,
 
 
 class PairDataset(Dataset):
-    """One item per caption: (image features, caption, image index). An epoch visits every caption once."""
+    """One item per caption: (image side, caption, image index). An epoch visits every caption once.
+    ``feats``: precomputed features, or :class:`ImageFiles` (end to end; the region count is then None)."""
 
-    def __init__(self, data: CaptionedSplit, feats: FeatureFile, max_regions: int | None = None) -> None:
+    def __init__(self, data: CaptionedSplit, feats: FeatureFile | ImageFiles, max_regions: int | None = None) -> None:
         self.data, self.feats, self.max_regions = data, feats, max_regions
 
     def __len__(self) -> int:
@@ -54,7 +133,10 @@ class PairDataset(Dataset):
 
     def __getitem__(self, j: int):
         i = int(self.data.caption_image[j])
-        x, n = _image_item(self.feats, i, self.max_regions)
+        if isinstance(self.feats, ImageFiles):
+            x, n = self.feats[i], None
+        else:
+            x, n = _image_item(self.feats, i, self.max_regions)
         return x, n, self.data.captions[j], self.data.tokens[j] if self.data.tokens else [], i, j
 
 
@@ -65,11 +147,14 @@ class PairCollate:
         self.text_collate, self.split = text_collate, split
 
     def __call__(self, items):
-        feats, lengths = _stack_regions([(x, n) for x, n, *_ in items])
+        if items[0][1] is None:  # image files (end to end)
+            image = {"images": torch.stack([x for x, *_ in items])}
+        else:
+            feats, lengths = _stack_regions([(x, n) for x, n, *_ in items])
+            image = {"feats": feats, "num_regions": lengths}
         text = self.text_collate([it[2] for it in items], [it[3] for it in items], [it[5] for it in items],
                                  self.split)
-        return {"feats": feats, "num_regions": lengths, "text": text,
-                "image_index": torch.tensor([it[4] for it in items])}
+        return {**image, "text": text, "image_index": torch.tensor([it[4] for it in items])}
 
 
 class ImageDataset(Dataset):
@@ -86,6 +171,17 @@ class ImageDataset(Dataset):
 def collate_images(items):
     feats, lengths = _stack_regions(items)
     return {"feats": feats, "num_regions": lengths}
+
+
+def collate_image_files(items: list[torch.Tensor]) -> dict:
+    return {"images": torch.stack(items)}
+
+
+def image_loader_parts(images: FeatureFile | ImageFiles, indices: list[int], max_regions: int | None = None):
+    """(Dataset, collate_fn) over the images ``indices`` of a split's image side, for encoding."""
+    if isinstance(images, ImageFiles):
+        return torch.utils.data.Subset(images, indices), collate_image_files
+    return ImageDataset(images, indices, max_regions), collate_images
 
 
 class CaptionDataset(Dataset):

@@ -60,6 +60,42 @@ class DistContext:
             torch_dist.barrier()
 
 
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather along dim 0 whose backward sends each process the summed gradient of its own rows (every
+    process computes the same loss on the gathered batch, so DDP's gradient average then equals the gradient of
+    that loss). all_reduce + slice instead of reduce_scatter: gloo has no reduce_scatter."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        world, rank = torch_dist.get_world_size(), torch_dist.get_rank()
+        sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(world)]
+        torch_dist.all_gather(sizes, torch.tensor([x.shape[0]], device=x.device))
+        sizes = [int(n) for n in sizes]
+        if len(set(sizes)) != 1:
+            raise XmrError(f"train.gather_negatives: processes have different batch sizes {sizes}")
+        parts = [torch.empty_like(x) for _ in range(world)]
+        torch_dist.all_gather(parts, x.contiguous())
+        ctx.rank, ctx.rows = rank, x.shape[0]
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        grad = grad.contiguous().clone()
+        torch_dist.all_reduce(grad)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+
+
+def gather_batch(x: torch.Tensor) -> torch.Tensor:
+    """The rows of ``x`` from every process, in rank order (differentiable; a no-op without DDP)."""
+    if not (torch_dist.is_available() and torch_dist.is_initialized()) or torch_dist.get_world_size() == 1:
+        return x
+    if not x.requires_grad:
+        parts = [torch.empty_like(x) for _ in range(torch_dist.get_world_size())]
+        torch_dist.all_gather(parts, x.contiguous())
+        return torch.cat(parts)
+    return _GatherWithGrad.apply(x)
+
+
 def expand_nodelist(nodelist: str) -> list[str]:
     """Host names of a SLURM nodelist: ``gpu[01-03,07],login1`` -> ``[gpu01, gpu02, gpu03, gpu07, login1]``
     (zero padding kept; what ``scontrol show hostnames`` prints, without needing scontrol)."""

@@ -27,14 +27,39 @@ from xmr.methods import METHODS, RetrievalModel
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train.checkpoint import load_checkpoint, save_checkpoint
-from xmr.train.data import (CaptionCollate, CaptionDataset, ImageDataset, PairCollate, PairDataset,
-                            collate_images, feature_path, load_split_with_features)
+from xmr.train.data import (CaptionCollate, CaptionDataset, PairCollate, PairDataset, feature_path,
+                            image_input, image_loader_parts, load_split_images)
+from xmr.train.e2e import backbone_frozen, build_image_backbone, check_image_source, is_end_to_end, loss_scale
+from xmr.train.samplers import OnePerClassBatchSampler, check_batching, positive_mask
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 
 
-def build_model(cfg: dict, image_dim: int, vocab_words: list[str] | None) -> RetrievalModel:
-    return METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
+def build_model(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
+                pretrained_backbone: bool = True) -> RetrievalModel:
+    """The run's method; end to end (``features.source: images``) with its image backbone attached as
+    ``model.image_backbone`` (``image_dim`` is then the backbone's; ``pretrained_backbone=False`` skips loading
+    the backbone's pretrained file when a checkpoint supplies the weights)."""
+    backbone = build_image_backbone(cfg, pretrained_backbone) if is_end_to_end(cfg) else None
+    if backbone is not None:
+        image_dim = backbone.feature_dim
+    model = METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
+    if backbone is not None:
+        model.image_backbone = backbone
+    return model
+
+
+class TrainForward(torch.nn.Module):
+    """What the trainer (and DistributedDataParallel) calls: the image backbone, if any, then the method's own
+    ``forward`` on local features (methods that override ``forward`` train end to end unchanged)."""
+
+    def __init__(self, model: RetrievalModel) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, image_input: torch.Tensor, num_regions: torch.Tensor | None, text: dict):
+        feats, num_regions = self.model.image_local_features(image_input, num_regions)
+        return self.model(feats, num_regions, text)
 
 
 def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
@@ -51,12 +76,14 @@ def config_digest(cfg: dict) -> str:
     import json
 
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
-    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every")}
+    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every", "threads")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def build_optimizer(model: RetrievalModel, optim_cfg: dict) -> torch.optim.Optimizer:
     groups = model.param_groups(optim_cfg["lr"], optim_cfg["text_backbone_lr_scale"])
+    if getattr(model, "image_backbone", None) is not None:
+        groups = model.with_image_backbone_group(groups, optim_cfg["lr"] * optim_cfg["image_backbone_lr_scale"])
     for g in groups:
         g["base_lr"] = g["lr"]
     name, wd = optim_cfg["name"], optim_cfg["weight_decay"]
@@ -70,7 +97,8 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict) -> torch.optim.Optim
 @torch.no_grad()
 def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
                  max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode)."""
+    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode).
+    ``feats``: the split's image side from :func:`xmr.train.data.load_split_images` (features or image files)."""
     from tqdm import tqdm
 
     model.eval()
@@ -78,12 +106,14 @@ def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.de
     cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
     bs = cfg["eval"]["batch_size"]
     text_collate = CaptionCollate(model.text.collate, data.split)
-    img_loader = DataLoader(ImageDataset(feats, list(range(n)), cfg["features"]["max_regions"]), batch_size=bs,
-                            collate_fn=collate_images)
+    img_set, img_collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
+    img_workers = cfg["train"]["workers"] if is_end_to_end(cfg) else 0  # decoding images is the slow part
+    img_loader = DataLoader(img_set, batch_size=bs, collate_fn=img_collate, num_workers=img_workers)
     cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
     imgs, caps = [], []
     for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
-        imgs.append(model.encode_image(b["feats"].to(device), b["num_regions"].to(device)).float().cpu())
+        x, nr = image_input(b)
+        imgs.append(model.embed_images(x.to(device), None if nr is None else nr.to(device)).float().cpu())
     for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
         caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
     return torch.cat(imgs), torch.cat(caps)
@@ -98,6 +128,12 @@ def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> dict:
     sims = model.similarity_matrix(img.to(device), cap.to(device)).cpu()
     c = cfg["dataset_cfg"]["captions_per_image"]
     return evaluate_sims(sims, protocol="plain", captions_per_image=c)
+
+
+def _batch_sampler(cfg: dict, data, epoch: int, ctx) -> OnePerClassBatchSampler:
+    tcfg = cfg["train"]
+    return OnePerClassBatchSampler(data.caption_labels, tcfg["batch_size"], seed=tcfg["seed"] * 7919 + epoch,
+                                   rank=ctx.rank, world_size=ctx.world_size)
 
 
 def _write_history(path: Path, rows: list[dict]) -> None:
@@ -119,15 +155,25 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     tcfg, ocfg = cfg["train"], cfg["optim"]
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
+    if tcfg.get("threads"):
+        torch.set_num_threads(tcfg["threads"])  # e.g. several runs sharing a machine: OpenMP oversubscription
+    check_image_source(cfg, cfg["name"])
+    e2e = is_end_to_end(cfg)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
-    train_data, train_feats = load_split_with_features(cfg, "train")
+    train_data, train_feats = load_split_images(cfg, "train", train=True)
+    check_batching(cfg, train_data)
+    if tcfg["gather_negatives"] and not METHODS.get(cfg["method"]).gathered_loss:
+        raise XmrError(f"{cfg['name']}: train.gather_negatives: method {cfg['method']} keeps per-batch state for its "
+                       f"loss (memory queues, masks, slots), which is not gathered across processes; set it false")
+    labels = None if train_data.image_labels is None else torch.as_tensor(train_data.image_labels).to(device)
     val_split = cfg["dataset_cfg"]["val_split"]
-    val_data, val_feats = load_split_with_features(cfg, val_split)
+    val_data, val_feats = load_split_images(cfg, val_split)
     vocab_words = build_vocab_words(cfg, train_data)
-    model = build_model(cfg, train_feats.feature_dim, vocab_words).to(device)
+    model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
+    image_dim = model.image_backbone.feature_dim if e2e else train_feats.feature_dim
     optimizer = build_optimizer(model, ocfg)
     use_amp = tcfg["amp"] and device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
@@ -147,7 +193,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         state.update({k: ck[k] for k in state})
         if ctx.is_main:  # always said: a resumed run must be visible in logs
             print(f"resuming {out} after epoch {state['epoch'] + 1}", flush=True)
-    train_model: torch.nn.Module = ctx.wrap(model)
+    train_model: torch.nn.Module = ctx.wrap(TrainForward(model))
 
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -160,23 +206,39 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     tags = {
         "method": cfg["method"], "dataset": cfg["dataset"], "recipe": cfg["name"],
         "backbone": cfg["features"]["backbone"], "text_encoder": cfg["text"]["encoder"],
-        "git_commit": git_commit(), "features_sha256": sha256_file(feature_path(cfg, "train"))[:16],
-        "device": str(device), "world_size": ctx.world_size,
+        "git_commit": git_commit(), "device": str(device), "world_size": ctx.world_size,
+        "image_source": "images" if e2e else "precomputed",
     }
+    if e2e:
+        tags["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256[:16]
+    else:
+        tags["features_sha256"] = sha256_file(feature_path(cfg, "train"))[:16]
     dataset = PairDataset(train_data, train_feats, cfg["features"]["max_regions"])
     bs = tcfg["batch_size"]
-    steps_per_epoch = math.ceil(len(dataset) / (bs * ctx.world_size))
+    steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
+        else math.ceil(len(dataset) / (bs * ctx.world_size))
     with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
             tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
         for epoch in range(state["epoch"] + 1, tcfg["epochs"]):
             torch.manual_seed(tcfg["seed"] * 100003 + epoch)  # per-epoch reseed: resume == uninterrupted
-            sampler = ctx.sampler(dataset, seed=tcfg["seed"] + epoch)
-            gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
-            loader = DataLoader(dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
-                                num_workers=tcfg["workers"], collate_fn=PairCollate(model.text.collate, "train"),
-                                drop_last=len(dataset) > bs, pin_memory=device.type == "cuda")
+            collate = PairCollate(model.text.collate, "train")
+            if tcfg["sampler"] != "random":
+                loader = DataLoader(dataset, batch_sampler=_batch_sampler(cfg, train_data, epoch, ctx),
+                                    num_workers=tcfg["workers"], collate_fn=collate, pin_memory=device.type == "cuda")
+            else:
+                sampler = ctx.sampler(dataset, seed=tcfg["seed"] + epoch)
+                gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
+                loader = DataLoader(dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
+                                    num_workers=tcfg["workers"], collate_fn=collate,
+                                    drop_last=len(dataset) > bs, pin_memory=device.type == "cuda")
+            if e2e:
+                frozen = backbone_frozen(cfg, epoch)
+                model.image_backbone.set_frozen(frozen)
+                if progress and ctx.is_main and (epoch == state["epoch"] + 1 or epoch == cfg["image_backbone"][
+                        "frozen_epochs"]):
+                    print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
             train_model.train()
             t0, seen, loss_sum, nb = time.time(), 0, 0.0, 0
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
@@ -187,19 +249,25 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]),
                                   ocfg["schedule"]["min_lr"])
                 idx = batch["image_index"].to(device)
-                pos_mask = (idx[:, None] == idx[None, :]) if tcfg["mask_same_image"] else None
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                    img, txt = train_model(batch["feats"].to(device), batch["num_regions"].to(device),
+                model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
+                x, nr = image_input(batch)
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):  # covers the backbone too
+                    img, txt = train_model(x.to(device, non_blocking=True), None if nr is None else nr.to(device),
                                            _to(batch["text"], device))
-                    terms = model.compute_loss(img.float(), txt.float(), pos_mask if pos_mask is not None
-                                               else torch.eye(len(idx), dtype=torch.bool, device=device), frac)
+                    img, txt = img.float(), txt.float()
+                    if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
+                        img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
+                    pos_mask = positive_mask(idx, None if labels is None else labels[idx], tcfg["positives"],
+                                             tcfg["mask_same_image"])
+                    terms = model.compute_loss(img, txt, pos_mask, frac)
                 loss = terms["loss"]
                 if not torch.isfinite(loss):
                     raise XmrError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1} step {it}; the last "
                                    f"good checkpoint is {last if last.exists() else 'none (first epoch)'}; lower "
                                    f"optim.lr or enable optim.grad_clip")
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                scale = loss_scale(cfg, epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
+                scaler.scale(loss * scale if scale != 1.0 else loss).backward()
                 if ocfg["grad_clip"]:
                     scaler.unscale_(optimizer)
                     torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
@@ -207,7 +275,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 scaler.update()
                 model.on_train_step_end()
                 state["step"] += 1
-                seen += len(idx) * ctx.world_size
+                seen += len(batch["image_index"]) * ctx.world_size
                 loss_sum += loss.item()
                 nb += 1
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
@@ -234,7 +302,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 if is_best:
                     state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                      "vocab_words": vocab_words, "image_dim": train_feats.feature_dim,
+                      "vocab_words": vocab_words, "image_dim": image_dim,
                       "config_sha256": digest, **state}
                 save_checkpoint(last, ck)
                 if is_best:
@@ -263,7 +331,8 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu")
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
     ck = load_checkpoint(run_dir / "best.pt", device)
-    model = build_model(cfg, ck["image_dim"], ck["vocab_words"]).to(device)
+    # an end-to-end run's backbone weights are in the checkpoint: no need for the pretrained file
+    model = build_model(cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
     model.load_state_dict(ck["model"])
     return model.eval(), cfg
 
@@ -274,7 +343,7 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, feats = load_split_with_features(cfg, split)
+    data, feats = load_split_images(cfg, split)
     img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
     with torch.no_grad():
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()

@@ -1,0 +1,54 @@
+"""Generated sections of README.md: tables the workflow produced, pasted between marker comments so that the
+README's numbers are never typed by hand.
+
+A section is ``<!-- xmr:NAME -->`` ... ``<!-- /xmr:NAME -->``; :func:`update_section` replaces what lies between
+the markers (the markers stay) and writes the file atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from xmr.errors import XmrError
+from xmr.io import atomic_path
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- xmr:{name} -->", f"<!-- /xmr:{name} -->"
+
+
+def replace_section(text: str, name: str, body: str) -> str:
+    """``text`` with the body of section ``name`` replaced by ``body``; an error when the markers are missing
+    or appear more than once."""
+    begin, end = markers(name)
+    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), flags=re.S)
+    found = pattern.findall(text)
+    if len(found) != 1:
+        raise XmrError(f"section {name!r}: expected one '{begin}' ... '{end}' pair, found {len(found)}; add the "
+                       f"two marker lines where the generated text belongs")
+    return pattern.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
+
+
+def update_section(readme: str | os.PathLike, name: str, parts: list[str | os.PathLike],
+                   out: str | os.PathLike | None = None) -> str:
+    """Concatenate the Markdown files ``parts`` (blank line between them), put them into section ``name`` of
+    ``readme``; also write the section's text to ``out`` when given (the Snakemake rule's output)."""
+    readme = Path(readme)
+    if not readme.exists():
+        raise XmrError(f"{readme}: not found")
+    texts = []
+    for p in parts:
+        p = Path(p)
+        if not p.exists():
+            raise XmrError(f"{p}: not found; build it first (e.g. snakemake -c2 {p})")
+        texts.append(p.read_text().strip())
+    body = "\n\n".join(texts)
+    new = replace_section(readme.read_text(), name, body)
+    with atomic_path(readme, ".md") as tmp:
+        tmp.write_text(new)
+    if out is not None:
+        with atomic_path(out, ".md") as tmp:
+            tmp.write_text(body + "\n")
+    return body

@@ -1,0 +1,81 @@
+"""Batch composition: which training pairs share a batch, and which of them count as positives.
+
+- ``train.sampler: random`` — shuffled caption-level pairs (every method's reference code for COCO/Flickr30K).
+- ``train.sampler: one_per_class`` — PCME's ``CUBSampler`` (naver-ai/pcme ``datasets/cub.py``): each batch is
+  one anchor pair plus one random pair from each of ``batch_size - 1`` other classes, so no two pairs of a batch
+  share a class and same-class pairs are never in-batch negatives. An epoch has ``len(pairs) // batch_size``
+  batches (the released ``adjust_epoch``); anchors are the first pairs of a shuffled order. The released sampler
+  needs ``batch_size`` = the number of training classes (150 on CUB); here fewer classes per batch are allowed
+  (a random subset of the other classes each batch).
+- ``train.positives: image | class`` — the in-batch positive mask given to the loss: captions of the same image
+  (``image``) or of the same class (``class``: "all image-caption pairs of the same class are positives", the
+  CUB reading of DVSE's card); ``train.mask_same_image: false`` keeps only the pair itself as positive.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import Sampler
+
+from xmr.errors import XmrError
+
+SAMPLERS = ("random", "one_per_class")
+POSITIVES = ("image", "class")
+
+
+class OnePerClassBatchSampler(Sampler[list[int]]):
+    """Batches of pair indices with pairwise distinct classes (see the module docstring). Deterministic in
+    ``seed``; with ``world_size`` > 1 each rank takes every ``world_size``-th batch."""
+
+    def __init__(self, pair_classes: np.ndarray, batch_size: int, seed: int, rank: int = 0,
+                 world_size: int = 1) -> None:
+        self.pair_classes = np.asarray(pair_classes)
+        classes = np.unique(self.pair_classes)
+        if batch_size > len(classes):
+            raise XmrError(f"train.batch_size: {batch_size} > {len(classes)} training classes; one_per_class "
+                           f"needs at most one pair per class in a batch (PCME: batch_size = number of classes)")
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
+        self.by_class = {int(c): np.flatnonzero(self.pair_classes == c) for c in classes}
+        self.num_batches = len(self.pair_classes) // batch_size
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.num_batches, self.world_size))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng(self.seed)
+        anchors = rng.permutation(len(self.pair_classes))[:self.num_batches]
+        classes = np.array(sorted(self.by_class))
+        for b, anchor in enumerate(anchors):
+            others = classes[classes != self.pair_classes[anchor]]
+            picked = rng.choice(others, size=self.batch_size - 1, replace=False)
+            batch = [int(anchor)] + [int(rng.choice(self.by_class[int(c)])) for c in picked]
+            order = rng.permutation(len(batch))
+            if b % self.world_size == self.rank:
+                yield [batch[i] for i in order]
+
+
+def positive_mask(image_index: torch.Tensor, labels: torch.Tensor | None, positives: str,
+                  mask_same_image: bool) -> torch.Tensor:
+    """(B, B) bool: pair j is a positive for pair i (the diagonal always is)."""
+    eye = torch.eye(len(image_index), dtype=torch.bool, device=image_index.device)
+    if not mask_same_image:
+        return eye
+    if positives == "class":
+        if labels is None:
+            raise XmrError("train.positives: class needs class labels, and this dataset's images have none; "
+                           "use train.positives: image")
+        return (labels[:, None] == labels[None, :]) | eye
+    return (image_index[:, None] == image_index[None, :]) | eye
+
+
+def check_batching(cfg: dict, data) -> None:
+    """Fail before training when the batching options do not fit the dataset."""
+    tcfg = cfg["train"]
+    needs_labels = tcfg["sampler"] == "one_per_class" or tcfg["positives"] == "class"
+    if needs_labels and data.image_labels is None:
+        key = "train.sampler: one_per_class" if tcfg["sampler"] == "one_per_class" else "train.positives: class"
+        raise XmrError(f"{cfg['name']}: {key} needs class labels, but the images of {cfg['dataset']}'s training "
+                       f"split have none (CUB has them; synth when generated with labels)")
