@@ -184,10 +184,12 @@ def test_momentum_update_queue_and_same_image_masking():
     model.train()
     torch.manual_seed(3)
     feats = torch.randn(1, 3, 7).expand(4, 3, 7).contiguous()  # four captions of one image
+    model.batch_image_index = torch.tensor([5, 5, 5, 5])  # dataset image 5
     online0 = model.query_image.weight.clone()
     key_before = model.key_image_proj.fc.weight.clone()
     img, txt = model(*batch(model, feats, (3, 3, 3, 3)))
-    key_img, key_txt, fp = model._pending
+    key_img, key_txt, image_index = model._pending
+    assert image_index.tolist() == [5, 5, 5, 5]
     pos = torch.ones(4, 4, dtype=torch.bool)
     terms = model.compute_loss(img, txt, pos, 0.0)
     assert all(torch.isfinite(v) for v in terms.values())
@@ -200,19 +202,18 @@ def test_momentum_update_queue_and_same_image_masking():
     assert torch.equal(model.query_image.weight, online0)
     assert int(model.queue_ptr) == 4
     assert torch.equal(model.queue_img[:4], key_img) and torch.equal(model.queue_txt[:4], key_txt)
-    assert torch.isnan(model.queue_fingerprint[4:]).all()
+    assert model.queue_image.tolist() == [5, 5, 5, 5, -1, -1]  # slots 4, 5 still empty
     # the same image again: every queued entry belongs to the anchor's own image -> masked, so the memory term
     # equals the one computed with an empty queue
     img, txt = model(*batch(model, feats, (3, 3, 3, 3)))
     with_queue = model.compute_loss(img, txt, pos, 1.0)["memory"]
-    saved = model.queue_fingerprint.clone()
-    model.queue_fingerprint.fill_(float("nan"))
+    model.queue_image.fill_(-1)
     empty = model.compute_loss(img, txt, pos, 1.0)["memory"]
     assert with_queue.item() == pytest.approx(empty.item(), rel=1e-6)
     # different images in the queue do count as negatives: with div = 1, extra negatives raise the loss
     model.cfg["loss"]["diversity"] = "none"
     empty = model.compute_loss(img, txt, pos, 1.0)["memory"]
-    model.queue_fingerprint.copy_(saved + 1000.0)
+    model.queue_image[:4] = 6  # the same four keys, now of another image
     other = model.compute_loss(img, txt, pos, 1.0)["memory"]
     assert other.item() > empty.item()
 
@@ -225,3 +226,162 @@ def test_fusion_similarity_mixes_instance_and_concept_scores():
     model.cfg["model"]["fusion_alpha"] = 0.25
     expect = 0.25 * img[:, 0] @ txt[:, 0].t() + 0.75 * img[:, 1] @ txt[:, 1].t()
     assert torch.allclose(model.similarity_matrix(img, txt), expect, atol=1e-6)
+
+
+# -- the total loss, recomputed with naive loops from the card's formulas ----------------------------------------
+
+def naive_dcl_direction(s, neg, mu, gamma, eps):
+    """Eq. 9 with Eq. 7 (true std over the negatives, div = 1/sigmoid(eps/SD) divided by the batch max):
+    mean over anchors n of mu [log(1 + Σ_neg e^{(S_nq - γ)/(μ div_n)}) - log(S_nn + 1)]; positive = column n."""
+    raw = []
+    for n in range(len(s)):
+        v = [s[n, q] for q in range(s.shape[1]) if neg[n, q]]
+        mean = sum(v) / len(v)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in v) / len(v))
+        raw.append(1 + math.exp(-eps / sd))
+    div = [r / max(raw) for r in raw]
+    terms = [mu * (math.log(1 + sum(math.exp((s[n, q] - gamma) / (mu * div[n])) for q in range(s.shape[1])
+                                    if neg[n, q])) - math.log(s[n, n] + 1)) for n in range(len(s))]
+    return sum(terms) / len(terms)
+
+
+def naive_sinkhorn(scores, eps, iterations):
+    """SwAV codes: Q = exp(scores/ε)ᵀ, alternately rows (prototypes) to 1/P and columns (samples) to 1/B."""
+    q = np.exp(scores / eps).T
+    q /= q.sum()
+    p, b = q.shape
+    for _ in range(iterations):
+        q /= q.sum(1, keepdims=True) * p
+        q /= q.sum(0, keepdims=True) * b
+    return (q * b).T
+
+
+def soft_ce(logits, codes):
+    logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    return float(-(codes * logp).sum(1).mean())
+
+
+def test_total_loss_weights_terms_computed_from_the_formulas():
+    model = tiny_model(weight_instance=0.5, weight_memory=2.0, weight_concept=3.0, weight_pseudo_label=0.25)
+    model.train()
+    torch.manual_seed(4)
+    feats = torch.randn(4, 3, 7)
+    feats[1] = feats[0]  # captions 0 and 1 describe the same image
+    pos = torch.eye(4, dtype=torch.bool)
+    pos[0, 1] = pos[1, 0] = True
+    with torch.no_grad():  # an optimizer step moved the online encoders away from their momentum copies
+        model.image_proj.fc.weight.mul_(1.5)
+        model.text_gpo.score.weight.add_(0.3)
+    model.batch_image_index = torch.tensor([0, 0, 1, 2])
+    img, txt = model(*batch(model, feats, (3, 3, 2, 3)))
+    key_img, key_txt = (t.detach().double().numpy() for t in model._pending[:2])
+    out = model.compute_loss(img, txt, pos, 0.0)
+    vi, vc = img[:, 0].detach().double().numpy(), img[:, 1].detach().double().numpy()
+    wi, wc = txt[:, 0].detach().double().numpy(), txt[:, 1].detach().double().numpy()
+    neg = ~pos.numpy()
+    both = lambda a, b, ka, kb: (naive_dcl_direction(a @ kb.T, neg, 0.1, 0.2, 0.1)  # noqa: E731
+                                 + naive_dcl_direction(b @ ka.T, neg.T, 0.1, 0.2, 0.1))
+    instance = both(vi, wi, vi, wi)
+    memory = both(vi, wi, key_img, key_txt)  # empty queue: the candidates are the batch's momentum keys
+    concept = both(vc, wc, vc, wc)
+    protos = model.prototypes.weight.detach().double().numpy()
+    protos = protos / np.linalg.norm(protos, axis=1, keepdims=True)
+    pseudo = (soft_ce(vc @ protos.T / 0.1, naive_sinkhorn(key_img @ protos.T, 0.05, 3))
+              + soft_ce(wc @ protos.T / 0.1, naive_sinkhorn(key_txt @ protos.T, 0.05, 3)))
+    assert out["instance"].item() == pytest.approx(instance, rel=1e-5)
+    assert out["memory"].item() == pytest.approx(memory, rel=1e-5)
+    assert out["concept"].item() == pytest.approx(concept, rel=1e-5)
+    assert out["pseudo_label"].item() == pytest.approx(pseudo, rel=1e-4)
+    assert out["loss"].item() == pytest.approx(0.5 * instance + 2 * memory + 3 * concept + 0.25 * pseudo, rel=1e-5)
+    assert abs(memory - instance) > 1e-3  # the momentum keys are not the online embeddings here
+
+
+def test_queue_wraps_around_fifo():
+    model = tiny_model()  # queue_size 6, batches of 4
+    model.train()
+    pushed = []
+    for step in range(2):
+        torch.manual_seed(10 + step)
+        model.batch_image_index = torch.arange(4) + 10 * (step + 1)  # images 10-13, then 20-23
+        model(*batch(model, torch.randn(4, 3, 7)))
+        pushed.append(tuple(t.clone() for t in model._pending))
+        model.on_train_step_end()
+    (img1, txt1, _), (img2, txt2, _) = pushed
+    # step 1 fills slots 0-3; step 2 writes slots 4, 5, then wraps to 0, 1; the pointer ends at 2
+    assert int(model.queue_ptr) == 2
+    assert torch.equal(model.queue_img, torch.cat([img2[2:], img1[2:], img2[:2]]))
+    assert torch.equal(model.queue_txt, torch.cat([txt2[2:], txt1[2:], txt2[:2]]))
+    assert model.queue_image.tolist() == [22, 23, 12, 13, 20, 21]
+
+
+def test_same_image_index_with_different_features_is_masked_in_the_memory_term():
+    # end to end, every view of an image is a new random crop: its local features differ each time, only the
+    # dataset index says it is the same image
+    model = tiny_model()
+    model.train()
+    torch.manual_seed(5)
+    first, second = torch.randn(4, 3, 7), torch.randn(4, 3, 7)
+    model.batch_image_index = torch.tensor([0, 1, 2, 3])
+    model(*batch(model, first, (3, 3, 3, 3)))
+    model.on_train_step_end()  # queue slots 0-3: images 0, 1, 2, 3
+    assert model.queue_image.tolist() == [0, 1, 2, 3, -1, -1]
+    model.batch_image_index = torch.tensor([0, 7, 8, 9])  # image 0 again, as a different crop
+    img, txt = model(*batch(model, second, (3, 3, 3, 3)))
+    key_img, key_txt = (t.detach().double().numpy() for t in model._pending[:2])
+    pos = torch.eye(4, dtype=torch.bool)
+    out = model.compute_loss(img, txt, pos, 0.0)
+    vi, wi = img[:, 0].detach().double().numpy(), txt[:, 0].detach().double().numpy()
+    cand_txt = np.concatenate([key_txt, model.queue_txt.double().numpy()])
+    cand_img = np.concatenate([key_img, model.queue_img.double().numpy()])
+    # candidates: the 4 batch keys (negatives off the diagonal), then the 6 queue slots: slots 0-3 are
+    # negatives, except slot 0 (image 0) for anchor 0; slots 4, 5 are empty
+    batch_neg = ~np.eye(4, dtype=bool)
+    queue_neg = np.array([[False, True, True, True, False, False]] + [[True, True, True, True, False, False]] * 3)
+    unmasked = queue_neg.copy()
+    unmasked[0, 0] = True
+    memory = (naive_dcl_direction(vi @ cand_txt.T, np.concatenate([batch_neg, queue_neg], 1), 0.1, 0.2, 0.1)
+              + naive_dcl_direction(wi @ cand_img.T, np.concatenate([batch_neg, queue_neg], 1), 0.1, 0.2, 0.1))
+    as_negative = (naive_dcl_direction(vi @ cand_txt.T, np.concatenate([batch_neg, unmasked], 1), 0.1, 0.2, 0.1)
+                   + naive_dcl_direction(wi @ cand_img.T, np.concatenate([batch_neg, unmasked], 1), 0.1, 0.2, 0.1))
+    assert out["memory"].item() == pytest.approx(memory, rel=1e-5)
+    # a feature fingerprint would have seen a new image and kept slot 0 as anchor 0's negative
+    assert not torch.equal(first[0, 0], second[0, 0])
+    assert abs(memory - as_negative) > 1e-3
+    model.cfg["loss"]["queue_mask_same_image"] = False
+    assert model.compute_loss(img, txt, pos, 0.0)["memory"].item() == pytest.approx(as_negative, rel=1e-5)
+
+
+def test_training_forward_needs_the_batch_image_indices():
+    model = tiny_model()
+    model.train()
+    feats = torch.randn(4, 3, 7)
+    with pytest.raises(XmrError, match="model.batch_image_index = image_indices"):
+        model(*batch(model, feats))
+    model.batch_image_index = torch.tensor([0, 1, 2])  # a stale index of another batch size
+    with pytest.raises(XmrError, match=r"\(4,\) integer tensor"):
+        model(*batch(model, feats))
+    model.eval()
+    model.batch_image_index = None  # evaluation needs none
+    img, txt = model(*batch(model, feats))
+    assert img.shape == (4, 2, 8) and txt.shape == (4, 2, 8)
+
+
+def test_old_fingerprint_checkpoint_loads_with_an_empty_queue():
+    model = tiny_model()
+    model.train()
+    model.batch_image_index = torch.tensor([0, 1, 2, 3])
+    model(*batch(model, torch.randn(4, 3, 7)))
+    model.on_train_step_end()
+    old = model.state_dict()
+    del old["queue_image"]  # a checkpoint written by the fingerprint version
+    old["queue_fingerprint"] = torch.tensor([0.5, -1.25, 2.0, 3.5] + [float("nan")] * 2, dtype=torch.float64)
+    from xmr.methods.coder import CODER
+
+    fresh = CODER(model.cfg, 7, ["<pad>", "<unk>", "<start>", "<end>", "dog", "cat", "grass", "runs", "sleeps"])
+    with pytest.warns(UserWarning, match="queue_fingerprint"):
+        fresh.load_state_dict(old)  # strict
+    assert fresh.queue_image.tolist() == [-1] * 6 and int(fresh.queue_ptr) == 0
+    assert not fresh.queue_img.any() and not fresh.queue_txt.any()
+    assert torch.equal(fresh.key_image_proj.fc.weight, model.key_image_proj.fc.weight)
+    assert torch.equal(fresh.image_proj.fc.weight, model.image_proj.fc.weight)
+    assert fresh.concept_words == model.concept_words

@@ -18,12 +18,17 @@ Embeddings are (B, 2, D) sets [instance, concept]; the evaluation score is
 The concept vocabulary and graph are built from the training split the first time the model runs in training
 mode (the trainer gives the constructor no captions); they live in the state dict (the words as extra state,
 the graph as buffers, the concept vectors as a parameter), so ``load_trained`` rebuilds the model without data.
+
+Each queue entry carries the dataset index of its image (``queue_image``, -1 = empty slot), taken from
+``model.batch_image_index`` (set by the trainer before every training forward), so entries of an anchor's own
+image are recognised exactly, whatever crop or augmentation produced them.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -35,8 +40,8 @@ from xmr.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_loss
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
-from xmr.methods.vse_inf import (GPO_SCHEMA, SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch,
-                                 drop_regions)
+from xmr.methods.vse_inf import GPO_SCHEMA
+from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 from xmr.models.text import build_text_encoder
@@ -240,15 +245,13 @@ class CODER(RetrievalModel):
         self.prototypes = nn.Linear(d, m["n_prototypes"], bias=False)
         with torch.no_grad():
             self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
-        # queues of momentum keys; an image "fingerprint" per entry marks entries of the same image
+        # queues of momentum keys, each entry with the dataset index of its image (-1 = empty slot)
         k = m["queue_size"]
         self.register_buffer("queue_img", torch.zeros(k, d))
         self.register_buffer("queue_txt", torch.zeros(k, d))
-        self.register_buffer("queue_fingerprint", torch.full((k,), float("nan"), dtype=torch.float64))
+        self.register_buffer("queue_image", torch.full((k,), -1, dtype=torch.long))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
-        gen = torch.Generator().manual_seed(12345)
-        self.register_buffer("fingerprint_proj", torch.randn(image_dim, generator=gen, dtype=torch.float64),
-                             persistent=False)
+        # (momentum image keys, momentum text keys, image indices) of the last training forward
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     # -- state ----------------------------------------------------------------------------------------------------
@@ -257,6 +260,21 @@ class CODER(RetrievalModel):
 
     def set_extra_state(self, state: dict) -> None:
         self.concept_words = list(state.get("concept_words", []))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Checkpoints written before the queue kept image indices hold ``queue_fingerprint`` instead of
+        # ``queue_image``. Their queued keys cannot be matched to images, so they are dropped (the queue refills
+        # within queue_size / batch_size steps); the weights, momentum encoders and concepts load unchanged, so
+        # such runs still evaluate (the queue is unused at test time) and resume.
+        old = state_dict.pop(prefix + "queue_fingerprint", None)
+        if old is not None and prefix + "queue_image" not in state_dict:
+            warnings.warn(f"coder: checkpoint has the old queue_fingerprint buffer; its {old.numel()} queued keys "
+                          "are dropped (the queue starts empty and refills during training)", stacklevel=2)
+            state_dict[prefix + "queue_image"] = torch.full(old.shape, -1, dtype=torch.long)
+            for name in ("queue_img", "queue_txt", "queue_ptr"):
+                if prefix + name in state_dict:
+                    state_dict[prefix + name] = torch.zeros_like(state_dict[prefix + name])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _key_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         return [(self.image_proj, self.key_image_proj), (self.image_gpo, self.key_image_gpo),
@@ -365,23 +383,34 @@ class CODER(RetrievalModel):
             return self.encode_image(feats, num_regions), self.encode_text(text)
         self._ensure_concepts()
         m = self.cfg["model"]
-        with torch.autocast(feats.device.type, enabled=False):
-            fingerprint = (feats[:, 0, :].double() * self.fingerprint_proj).sum(-1)
+        image_index = self._batch_image_index(feats.shape[0], feats.device)
         feats, num_regions = drop_regions(feats, num_regions, **m["size_augment"])
         text = augment_caption_batch(text, self.text, m["text_augment"])
         with torch.no_grad():  # momentum keys of the same (augmented) inputs
             key_img = F.normalize(self.key_image_gpo(self.key_image_proj(feats), num_regions).float(), dim=-1)
             h, lengths = self.key_text(text)
             key_txt = F.normalize(self.key_text_gpo(h, lengths).float(), dim=-1)
-        self._pending = (key_img, key_txt, fingerprint)
+        self._pending = (key_img, key_txt, image_index)
         return self._image_embed(feats, num_regions), self._text_embed(text)
+
+    def _batch_image_index(self, batch_size: int, device: torch.device) -> torch.Tensor:
+        """(B,) long copy of ``self.batch_image_index``, checked against the batch."""
+        index = self.batch_image_index
+        if index is None:
+            raise XmrError("coder: a training forward needs the batch's dataset image indices; the trainer sets "
+                           "them, a caller sets model.batch_image_index = image_indices ((B,) long) first")
+        index = torch.as_tensor(index)
+        if index.shape != (batch_size,) or index.is_floating_point() or index.dtype == torch.bool:
+            raise XmrError(f"coder: model.batch_image_index must be a ({batch_size},) integer tensor for this batch, "
+                           f"got {tuple(index.shape)} {index.dtype}; set it to the batch's image indices")
+        return index.detach().to(device=device, dtype=torch.long).clone()
 
     # -- training ---------------------------------------------------------------------------------------------------
     def compute_loss(self, img, txt, pos_mask, epoch):
         if self._pending is None:
             raise XmrError("coder: compute_loss needs the momentum keys of a training-mode forward (model(...))")
         c = self.cfg["loss"]
-        key_img, key_txt, fingerprint = self._pending
+        key_img, key_txt, image_index = self._pending
         v_i, v_c, w_i, w_c = img[:, 0], img[:, 1], txt[:, 0], txt[:, 1]
         b = v_i.shape[0]
         eye = torch.eye(b, dtype=torch.bool, device=img.device)
@@ -394,12 +423,10 @@ class CODER(RetrievalModel):
         terms["instance"] = inst["loss"]
         terms["div_i2t"] = inst["div_i2t"]
         # memory-bank DCL: candidates = momentum keys of the batch, then the queue
-        valid_q = ~torch.isnan(self.queue_fingerprint)
+        valid_q = self.queue_image >= 0
         q_neg = valid_q[None, :].expand(b, -1)
-        if c["queue_mask_same_image"]:
-            same = (self.queue_fingerprint[None, :] - fingerprint[:, None]).abs() <= \
-                1e-9 * fingerprint.abs().clamp(min=1)[:, None]
-            q_neg = q_neg & ~same
+        if c["queue_mask_same_image"]:  # queued keys of the anchor's own image are not negatives
+            q_neg = q_neg & (self.queue_image[None, :] != image_index[:, None])
         neg_i = torch.cat([neg, q_neg], dim=1)
         neg_t = torch.cat([neg.t(), q_neg], dim=1)
         cand_txt = torch.cat([key_txt, self.queue_txt], dim=0)
@@ -429,13 +456,13 @@ class CODER(RetrievalModel):
             for b_k, b_o in zip(key.buffers(), online.buffers()):
                 b_k.copy_(b_o)
         if self._pending is not None and self.queue_img.shape[0] > 0:
-            key_img, key_txt, fingerprint = self._pending
+            key_img, key_txt, image_index = self._pending
             k = self.queue_img.shape[0]
             n = min(key_img.shape[0], k)
             idx = (self.queue_ptr + torch.arange(n, device=key_img.device)) % k
             self.queue_img[idx] = key_img[-n:].to(self.queue_img.dtype)
             self.queue_txt[idx] = key_txt[-n:].to(self.queue_txt.dtype)
-            self.queue_fingerprint[idx] = fingerprint[-n:]
+            self.queue_image[idx] = image_index[-n:]
             self.queue_ptr.copy_((self.queue_ptr + n) % k)
         self._pending = None
         self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))

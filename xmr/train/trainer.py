@@ -145,6 +145,55 @@ def _write_history(path: Path, rows: list[dict]) -> None:
             w.writerows(rows)
 
 
+class NonFiniteLoss(ArithmeticError):
+    """The loss of a step was NaN or inf (the trainer turns it into a one-line error naming the checkpoint)."""
+
+
+class TrainStep:
+    """One optimisation step on one batch, exactly as :func:`train` runs it (also what benchmarks/bench_train.py
+    times): lr schedule, forward under autocast, optional DDP gathering, positives, ``compute_loss``, backward,
+    gradient clipping, optimizer and method hooks. Returns the loss terms (``loss`` and the method's named terms)."""
+
+    def __init__(self, model: RetrievalModel, train_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: torch.amp.GradScaler, cfg: dict, device: torch.device, use_amp: bool = False,
+                 amp_dtype: torch.dtype = torch.float16, labels: torch.Tensor | None = None) -> None:
+        self.model, self.train_model, self.optimizer, self.scaler = model, train_model, optimizer, scaler
+        self.cfg, self.device, self.use_amp, self.amp_dtype, self.labels = cfg, device, use_amp, amp_dtype, labels
+
+    def __call__(self, batch: dict, epoch: int, it: int, steps_per_epoch: int) -> dict[str, torch.Tensor]:
+        tcfg, ocfg, model, device = self.cfg["train"], self.cfg["optim"], self.model, self.device
+        frac = epoch + it / max(1, steps_per_epoch)
+        for g in self.optimizer.param_groups:
+            g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]), ocfg["schedule"]["min_lr"])
+        idx = batch["image_index"].to(device)
+        model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
+        x, nr = image_input(batch)
+        with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.use_amp):  # covers the backbone too
+            img, txt = self.train_model(x.to(device, non_blocking=True), None if nr is None else nr.to(device),
+                                        _to(batch["text"], device))
+            img, txt = img.float(), txt.float()
+            if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
+                img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
+            labels = None if self.labels is None else self.labels[idx]
+            pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"])
+            terms = model.compute_loss(img, txt, pos_mask, frac)
+        loss = terms["loss"]
+        if not torch.isfinite(loss):
+            model.batch_image_index = None
+            raise NonFiniteLoss(loss.item())
+        self.optimizer.zero_grad(set_to_none=True)
+        scale = loss_scale(self.cfg, epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
+        self.scaler.scale(loss * scale if scale != 1.0 else loss).backward()
+        if ocfg["grad_clip"]:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        model.on_train_step_end()
+        model.batch_image_index = None  # never reused by the next batch's forward
+        return terms
+
+
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
     """Train ``cfg`` (a resolved run config from :func:`xmr.config.load_run_config`) into ``out_dir``."""
     from tqdm import tqdm
@@ -217,6 +266,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     bs = tcfg["batch_size"]
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
         else math.ceil(len(dataset) / (bs * ctx.world_size))
+    stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels)
     with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
@@ -244,36 +294,13 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
             for it, batch in enumerate(bar):
-                frac = epoch + it / max(1, steps_per_epoch)
-                for g in optimizer.param_groups:
-                    g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]),
-                                  ocfg["schedule"]["min_lr"])
-                idx = batch["image_index"].to(device)
-                model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
-                x, nr = image_input(batch)
-                with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):  # covers the backbone too
-                    img, txt = train_model(x.to(device, non_blocking=True), None if nr is None else nr.to(device),
-                                           _to(batch["text"], device))
-                    img, txt = img.float(), txt.float()
-                    if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
-                        img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
-                    pos_mask = positive_mask(idx, None if labels is None else labels[idx], tcfg["positives"],
-                                             tcfg["mask_same_image"])
-                    terms = model.compute_loss(img, txt, pos_mask, frac)
+                try:
+                    terms = stepper(batch, epoch, it, steps_per_epoch)
+                except NonFiniteLoss as e:
+                    raise XmrError(f"non-finite loss ({e}) at epoch {epoch + 1} step {it}; the last good checkpoint "
+                                   f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
+                                   f"optim.grad_clip") from None
                 loss = terms["loss"]
-                if not torch.isfinite(loss):
-                    raise XmrError(f"non-finite loss ({loss.item()}) at epoch {epoch + 1} step {it}; the last "
-                                   f"good checkpoint is {last if last.exists() else 'none (first epoch)'}; lower "
-                                   f"optim.lr or enable optim.grad_clip")
-                optimizer.zero_grad(set_to_none=True)
-                scale = loss_scale(cfg, epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
-                scaler.scale(loss * scale if scale != 1.0 else loss).backward()
-                if ocfg["grad_clip"]:
-                    scaler.unscale_(optimizer)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
-                scaler.step(optimizer)
-                scaler.update()
-                model.on_train_step_end()
                 state["step"] += 1
                 seen += len(batch["image_index"]) * ctx.world_size
                 loss_sum += loss.item()
