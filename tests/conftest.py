@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +74,28 @@ def tiny_synth(tmp_path_factory) -> TinySynth:
         extract_features(load_split(dcfg, split), bcfg, root / "features" / "synth" / "efficientnet_lite0" /
                          f"{split}.h5", batch_size=16, workers=0, progress=False)
     return TinySynth(root)
+
+
+def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
+    """``xmr train`` in a subprocess; with ``kill_after_first_epoch`` it is SIGKILLed as soon as last.pt exists
+    (returns the exit code), else it must finish (returns what it printed)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if kill_after_first_epoch:
+        deadline = time.time() + 600
+        while not (out / "last.pt").exists():
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return proc.returncode
+    output, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, output
+    return output
+
+
+def history_rows(out: Path) -> list[dict]:
+    """history.csv of a run without the wall-clock columns (what must match between a resumed and a straight run)."""
+    with open(out / "history.csv") as f:
+        return [{k: v for k, v in row.items() if k not in ("seconds", "samples_per_s")} for row in csv.DictReader(f)]

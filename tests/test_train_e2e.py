@@ -1,18 +1,13 @@
 """End-to-end training from images (features.source: images; xmr/train/e2e.py) at toy size: 64 px synth images
 through EfficientNet-Lite0 (2 x 2 grid) inside the model."""
 
-import csv
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, history_rows, train_cli
 from PIL import Image
 
 from xmr.config import load_run_config
@@ -200,40 +195,17 @@ def test_bad_combinations_fail_before_training(tiny_synth, tmp_path, overrides, 
     assert not (tmp_path / "run").exists()  # failed before any work
 
 
-def _train_cli(recipe, out, kill_after_first_epoch=False):
-    """``xmr train`` in a subprocess (as in test_resume.py); optionally SIGKILLed once last.pt exists."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if kill_after_first_epoch:
-        deadline = time.time() + 600
-        while not (out / "last.pt").exists():
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        return proc.returncode
-    output, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, output
-    return output
-
-
-def _history(out):
-    with open(out / "history.csv") as f:
-        return [{k: v for k, v in r.items() if k not in ("seconds", "samples_per_s")} for r in csv.DictReader(f)]
-
-
 def test_killed_e2e_run_resumes_to_the_same_result(tiny_synth, tmp_path):
     recipe = _recipe(tiny_synth, "e2e_resume", {"frozen_epochs": 1, "unfreeze_loss_ramp": True,
                                                 "crop_scale": [0.6, 1.0], "hflip": 0.5}, train={"epochs": 2})
     ref, killed = tmp_path / "uninterrupted", tmp_path / "killed"
-    _train_cli(recipe, ref)
-    assert _train_cli(recipe, killed, kill_after_first_epoch=True) == -signal.SIGKILL
+    train_cli(recipe, ref)
+    assert train_cli(recipe, killed, kill_after_first_epoch=True) == -signal.SIGKILL
     assert not (killed / "train.json").exists()  # it really died before finishing
-    output = _train_cli(recipe, killed)
+    output = train_cli(recipe, killed)
     assert f"resuming {killed} after epoch 1" in output
     # the unfrozen epoch 2 (random crops and flips, loss ramp, backbone updates) repeats exactly
-    assert _history(killed) == _history(ref)
+    assert history_rows(killed) == history_rows(ref)
 
 
 def test_workflow_inputs_of_e2e_recipes_are_the_annotations():

@@ -55,3 +55,20 @@ def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
     info = recipe_features(dataset, recipe, config_dir)
     named = {"train": info["splits"][:2], "score": info["splits"][2:]}
     return image_inputs(dataset, info, named.get(splits, [splits]) if isinstance(splits, str) else splits)
+
+
+def rerank_inputs(run_dir: str, reranker: str | None) -> dict[str, str]:
+    """Files a re-ranker reads besides the similarity matrix, as ``{parameter: path}``: QB-Norm's query bank
+    (rule ``score_bank``); none for the others."""
+    if reranker == "qbnorm":
+        return {k: f"{run_dir}/qbnorm_{k}.npy" for k in ("bank_i2t", "bank_t2i")}
+    return {}
+
+
+def rerank_options(run_dir: str, reranker: str | None) -> str:
+    """The ``xmr test`` options selecting ``reranker`` (empty for plain evaluation)."""
+    if not reranker:
+        return ""
+    files = rerank_inputs(run_dir, reranker)
+    extra = " --rerank-param " + " ".join(f"{k}={v}" for k, v in files.items()) if files else ""
+    return f"--rerank {reranker}{extra}"

@@ -1,14 +1,19 @@
 # Evaluation: results/{dataset}/{recipe}.json (plain) and results/{dataset}/{recipe}_{reranker}.json.
 
 
+def target_run(wc):
+    return f"runs/{wc.dataset}/{target_recipe(wc)}"
+
+
 rule evaluate:
     input:
-        sims=lambda wc: f"runs/{wc.dataset}/{target_recipe(wc)}/test_sims.npy",
+        unpack(lambda wc: {"sims": f"{target_run(wc)}/test_sims.npy",
+                           **rerank_inputs(target_run(wc), target_reranker(wc))}),
     output:
         "results/{dataset}/{target}.json",
     params:
-        run=lambda wc: f"runs/{wc.dataset}/{target_recipe(wc)}",
-        rerank=lambda wc: f"--rerank {target_reranker(wc)}" if target_reranker(wc) else "",
+        run=target_run,
+        rerank=lambda wc: rerank_options(target_run(wc), target_reranker(wc)),
     log:
         "logs/evaluate/{dataset}_{target}.log",
     resources:
@@ -35,3 +40,26 @@ rule summary:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} summarize {input} --out-dir results/{wildcards.dataset} > {log} 2>&1"
+
+
+rule score_bank:
+    # QB-Norm's query bank (config `qbnorm_bank`): bank queries from a non-test split against the test gallery
+    input:
+        ckpt="runs/{dataset}/{recipe}/best.pt",
+        images=lambda wc: recipe_image_inputs(wc.dataset, wc.recipe, ["train", recipe_features(wc.dataset, wc.recipe)["splits"][2]]),
+    output:
+        i2t="runs/{dataset}/{recipe}/qbnorm_bank_i2t.npy",
+        t2i="runs/{dataset}/{recipe}/qbnorm_bank_t2i.npy",
+    params:
+        split=config["qbnorm_bank"]["split"],
+        max_images=config["qbnorm_bank"]["max_images"],
+    log:
+        "logs/score/{dataset}_{recipe}_qbnorm_bank.log",
+    resources:
+        gpu=res("score", "gpu"),
+        mem_mb=res("score", "mem_mb"),
+        runtime=res("score", "runtime"),
+        cpus_per_task=res("score", "cpus_per_task"),
+    shell:
+        "{XMR} score-bank --run runs/{wildcards.dataset}/{wildcards.recipe} --split {params.split}"
+        " --max-images {params.max_images} --out-i2t {output.i2t} --out-t2i {output.t2i} --no-progress > {log} 2>&1"

@@ -7,7 +7,8 @@ def add_arguments(p):
     p.add_argument("--run", required=True, help="run directory written by `xmr train`")
     p.add_argument("--sims", required=True, help="similarity matrix from `xmr score`")
     p.add_argument("--rerank", help="re-ranker name (fr, rr, isoftmax, dsl, qbnorm, csls)")
-    p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE")
+    p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="re-ranker parameters: numbers, or paths (qbnorm: bank_i2t=A.npy bank_t2i=B.npy)")
     p.add_argument("--out", required=True, help="results JSON")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
@@ -23,8 +24,8 @@ def run(args):
             raise XmrError(f"--rerank-param {item!r}: expected NAME=VALUE")
         try:
             params[k] = float(v)
-        except ValueError:
-            raise XmrError(f"--rerank-param {k}: {v!r} is not a number") from None
+        except ValueError:  # a path (qbnorm's bank_i2t / bank_t2i); the re-ranker checks it
+            params[k] = v
     res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking)
     write_results(res, args.out)
     i, t = res["i2t"], res["t2i"]

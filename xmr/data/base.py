@@ -49,6 +49,19 @@ class CaptionedSplit:
         c = self.num_captions // n
         return c if np.array_equal(self.caption_image, np.arange(self.num_captions) // c) else None
 
+    def require_images(self, without_images: str) -> None:
+        """Raise :class:`XmrError` unless every image file of the split is on disk; ``without_images`` says what
+        to do for a features-only dataset (one that lists no image files)."""
+        from xmr.errors import XmrError
+
+        if len(self.image_paths) != self.num_images:
+            raise XmrError(f"dataset {self.name} split {self.split}: no image files (a features-only dataset); "
+                           f"{without_images}")
+        missing = [p for p in self.image_paths if not Path(p).exists()]
+        if missing:
+            raise XmrError(f"{missing[0]}: image not found ({len(missing)} of {self.num_images} missing in split "
+                           f"{self.split}); check the dataset's `images:` folder")
+
     @property
     def caption_labels(self) -> np.ndarray | None:
         return None if self.image_labels is None else self.image_labels[self.caption_image]

@@ -178,13 +178,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     """
     from tqdm import tqdm
 
-    if len(split.image_paths) != split.num_images:
-        raise XmrError(f"dataset {split.name} split {split.split}: no image files (a features-only dataset); "
-                       f"import its features with `xmr import-features` instead of extracting them")
-    missing = [p for p in split.image_paths if not Path(p).exists()]
-    if missing:
-        raise XmrError(f"{missing[0]}: image not found ({len(missing)} of {split.num_images} missing); "
-                       f"check the dataset's `images:` folder")
+    split.require_images("import its features with `xmr import-features` instead of extracting them")
     if dtype not in ("float32", "float16"):
         raise XmrError(f"dtype {dtype!r}: use float32 or float16")
     dev = resolve_device(device)

@@ -78,13 +78,7 @@ class ImageFiles(Dataset):
 def load_split_with_images(cfg: dict, split: str, train: bool = False) -> tuple[CaptionedSplit, ImageFiles]:
     """A split and its image files for end-to-end training; ``train`` adds the configured augmentation."""
     data = load_split(cfg["dataset_cfg"], split)
-    if len(data.image_paths) != data.num_images:
-        raise XmrError(f"dataset {cfg['dataset']} split {split}: no image files (a features-only dataset); "
-                       f"features.source: images needs the images, use features.source: precomputed")
-    missing = [p for p in data.image_paths if not Path(p).exists()]
-    if missing:
-        raise XmrError(f"{missing[0]}: image not found ({len(missing)} of {data.num_images} missing in split "
-                       f"{split}); check the dataset's `images:` folder")
+    data.require_images("features.source: images needs the images, use features.source: precomputed")
     ib = cfg["image_backbone"]
     augment = TrainAugment(ib["crop_scale"], ib["hflip"]) if train and (ib["crop_scale"] or ib["hflip"]) else None
     size, resize, max_size = image_input_settings(cfg)

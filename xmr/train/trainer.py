@@ -376,3 +376,25 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
+
+
+def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images: int | None = 5000,
+               device: str = "auto", progress: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """QB-Norm's query bank for a run's test split: queries that are not test queries (the first ``max_images``
+    images of ``bank_split`` and their captions). Returns ``(bank_i2t, bank_t2i, info)``: bank images x test
+    captions (bank image queries over the test captions) and test images x bank captions."""
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev)
+    test_split = cfg["dataset_cfg"]["test_split"]
+    if bank_split == test_split:
+        raise XmrError(f"bank split {bank_split!r} is the test split; the bank must hold other queries (use "
+                       f"train), or evaluate qbnorm with self_bank=1 for the transductive reading")
+    bank_data, bank_images = load_split_images(cfg, bank_split)
+    test_data, test_images = load_split_images(cfg, test_split)
+    bank_img, bank_cap = encode_split(model, cfg, bank_data, bank_images, dev, max_images, progress=progress)
+    test_img, test_cap = encode_split(model, cfg, test_data, test_images, dev, progress=progress)
+    with torch.no_grad():
+        i2t = model.similarity_matrix(bank_img.to(dev), test_cap.to(dev)).float().cpu().numpy()
+        t2i = model.similarity_matrix(test_img.to(dev), bank_cap.to(dev)).float().cpu().numpy()
+    return i2t, t2i, {"bank_split": bank_split, "bank_images": len(bank_img), "bank_captions": len(bank_cap),
+                      "test_images": len(test_img), "test_captions": len(test_cap)}
