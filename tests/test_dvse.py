@@ -146,6 +146,25 @@ def test_table_v_switches(tiny_synth):
     assert torch.allclose(img[:, 0], F.normalize(m.image_norm(m.image_global(pooled)), dim=-1), atol=1e-6)
 
 
+def test_warmup_sums_hinges_before_the_hardest_negative(tiny_synth):
+    # loss.warmup_epochs = 1: epochs [0, 1) use L_var with summed hinges, from epoch 1 on the hardest negative
+    model = dvse_model(tiny_synth, loss={"warmup_epochs": 1, "orthogonal": {"enabled": False}}).train()
+    feats, nr, text = batch_inputs(model)
+    img, txt = model(feats, nr, text)
+    pos = torch.eye(6, dtype=torch.bool)
+    sims = torch.einsum("bkd,cd->bkc", img, txt)
+    summed = variance_aware_loss(sims, pos, 0.2, hardest=False)["loss"]
+    hardest = variance_aware_loss(sims, pos, 0.2)["loss"]
+    assert summed.item() > hardest.item()  # more than one violating negative in this batch
+    assert model.compute_loss(img, txt, pos, 0.99)["l_var"].item() == pytest.approx(summed.item(), rel=1e-6)
+    assert model.compute_loss(img, txt, pos, 1.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
+    # default 0 (the paper): the hardest negative from the first step
+    plain = dvse_model(tiny_synth, loss={"orthogonal": {"enabled": False}}).train()
+    plain.load_state_dict(model.state_dict())
+    img, txt = plain(feats, nr, text)
+    assert plain.compute_loss(img, txt, pos, 0.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
+
+
 def test_drop_terms_needs_max_similarity(tiny_synth):
     with pytest.raises(Exception, match="eval.similarity"):
         dvse_model(tiny_synth, model={"dynamic_mask": {"mode": "drop_terms"}}, eval={"similarity": "mean"})

@@ -254,3 +254,16 @@ def test_mr_on_log_probabilities_normalises_the_probabilities():
     np.testing.assert_allclose(got_t2i.numpy(), want_t2i.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(XmrError, match="re-ranker 'mr': every similarity is <= 0"):
         rerank(lp, "mr", {"k": 3})
+
+
+def test_all_negative_cosines_are_not_mistaken_for_log_probabilities():
+    """A cosine matrix whose scores all lie in [-1, 0] (CODER's on synth: -0.67 to -0.25) is re-ranked as the
+    reference DSL does (A · prior); only scores below -1 (outside the cosine range) are refused as log-probabilities."""
+    from xmr.rerank import rerank
+
+    a = np.array([[-0.25, -0.5], [-0.6, -0.3]], dtype=np.float32)
+    i2t, _ = rerank(a, "dsl", {"scale": 1.0})
+    # column j: prior_i = e^{a_ij} / Σ_l e^{a_lj}; col 0: e^-0.25 / (e^-0.25 + e^-0.6) = 0.58662, 0.41338
+    assert np.allclose(i2t.numpy()[:, 0], [-0.25 * 0.586618, -0.6 * 0.413382], atol=1e-5)
+    with pytest.raises(XmrError, match="every similarity is <= 0"):
+        rerank(a - 1.5, "dsl", {"scale": 1.0})

@@ -190,6 +190,60 @@ def test_variance_aware_options_match_naive_loop():
             assert got == pytest.approx(total, abs=1e-9), (t2i_sigma, negatives)
 
 
+def test_variance_aware_summed_hinges_by_hand():
+    # warm-up form (hardest=False): every negative's hinge is summed instead of the hardest one taken.
+    # Two extra violations on top of dvse_sims(): S[2,0,1] = 0.6 and S[2,1,1] = 0.35.
+    s = dvse_sims()
+    s[2, 0, 1], s[2, 1, 1] = 0.6, 0.35
+    # i2t (2,0): d = 0.65, hinges 0.2+0.5-0.65 = 0.05 (caption 0) and 0.2+0.6-0.65 = 0.15 (caption 1);
+    # i2t (0,1): d = 0.6, 0.2+0.6-0.6 = 0.2 (caption 1). t2i caption 1, k 1: d = 0.5, images 0 and 2:
+    # 0.2+0.6-0.5 = 0.3 and 0.2+0.35-0.5 = 0.05. Every other hinge is <= 0.
+    summed = variance_aware_loss(s, margin=0.2, weighting=False, hardest=False)
+    assert summed["loss"].item() == pytest.approx((0.05 + 0.15) + 0.2 + (0.3 + 0.05), abs=1e-9)
+    assert summed["hinge_i2t"][2, 0].item() == pytest.approx(0.2, abs=1e-9)
+    assert summed["hinge_t2i"][1, 1].item() == pytest.approx(0.35, abs=1e-9)
+    hardest = variance_aware_loss(s, margin=0.2, weighting=False)
+    assert hardest["loss"].item() == pytest.approx(0.15 + 0.2 + 0.3, abs=1e-9)
+    # set negatives: image j's best slot max_k' S[j, k', i]; caption 0: images 1, 2 -> 0.2, 0.5, k 1 (d 0.6):
+    # 0.2+0.5-0.6 = 0.1; caption 1: images 0, 2 -> 0.6, 0.6, k 1 (d 0.5): 0.3 + 0.3; caption 2: none
+    set_sum = variance_aware_loss(s, margin=0.2, weighting=False, hardest=False, t2i_negatives="set")
+    assert set_sum["loss"].item() == pytest.approx(0.4 + 0.1 + 0.6, abs=1e-9)
+    # other positives are no negatives: caption 1 also belongs to image 0 -> i2t (0,1) and t2i via image 0 go
+    pos = torch.eye(3, dtype=torch.bool)
+    pos[0, 1] = True
+    masked = variance_aware_loss(s, pos, margin=0.2, weighting=False, hardest=False)
+    assert masked["loss"].item() == pytest.approx((0.05 + 0.15) + 0.05, abs=1e-9)
+    # σ weighting and the log term act on the summed hinges exactly as on the hardest one
+    sig = subembedding_sigma(s)
+    weighted = variance_aware_loss(s, margin=0.2, hardest=False)["loss"].item()
+    expected = (0.2 / sig[2, 0] ** 2 + 0.2 / sig[0, 1] ** 2 + 0.35 / sig[1, 1] ** 2 + 2 * sig.log().sum()).item()
+    assert weighted == pytest.approx(expected, abs=1e-9)
+
+
+def test_pvse_warmup_sums_hinges_then_takes_the_hardest(tiny_synth):
+    from xmr.config import load_run_config
+    from xmr.methods.base import METHODS
+
+    vocab = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "circle", "blue", "square"]
+    caps = [["a", "red", "circle"], ["a", "blue", "square"], ["red", "square"], ["blue", "circle"]]
+    cfg = load_run_config(tiny_synth.recipe("pvse", name="pvse_warmup_unit", text={"word_vectors": None,
+                                            "word_dim": 8}, loss={"warmup_epochs": 1, "div_weight": 0,
+                                                                  "mmd_weight": 0}))
+    torch.manual_seed(0)
+    model = METHODS.get("pvse")(cfg, 12, vocab).train()
+    feats = torch.randn(4, 5, 12, generator=torch.Generator().manual_seed(1))
+    img, txt = model(feats, torch.tensor([5, 5, 3, 4]), model.text.collate([" ".join(c) for c in caps], caps))
+    pos = torch.eye(4, dtype=torch.bool)
+    sims = set_similarity(img, txt, "max")
+    # margin 0.1, mean over the batch (PVSE defaults); epoch counts from 0, so [0, 1) is the warm-up
+    assert model.compute_loss(img, txt, pos, 0.5)["loss"].item() == pytest.approx(
+        triplet_loss(sims, pos, 0.1, False, "mean").item(), rel=1e-6)
+    assert model.compute_loss(img, txt, pos, 1.0)["loss"].item() == pytest.approx(
+        triplet_loss(sims, pos, 0.1, True, "mean").item(), rel=1e-6)
+    assert triplet_loss(sims, pos, 0.1, False, "mean").item() != pytest.approx(
+        triplet_loss(sims, pos, 0.1, True, "mean").item())  # the two forms differ on this batch
+
+
 def test_sigma_detach_controls_gradient():
     s = dvse_sims().requires_grad_(True)
     variance_aware_loss(s, margin=0.2)["loss"].backward()

@@ -15,7 +15,8 @@ Eq. 6, nearly constant), ``detach_sigma`` (default True: σ is a weight; False l
 log σ, Kendall-style), ``t2i_sigma`` (``image_row``: reuse σ_ik of the positive image, default; ``column``: the
 std of S(v_j^k, t_i) over images j ≠ i), ``t2i_negatives`` (``slotwise``: the k-th sub-embedding of other
 images, literal; ``set``: their best sub-embedding). ``weighting=False`` is the plain per-slot triplet loss
-(σ ≡ 1, no log term): the paper's "w/o L_var" ablation.
+(σ ≡ 1, no log term): the paper's "w/o L_var" ablation. ``hardest=False`` replaces each max over negatives by
+the sum of the hinges over them (VSE0; the warm-up of card A13, as VSE∞'s ``vse_mean_warmup_epochs``).
 """
 
 from __future__ import annotations
@@ -64,13 +65,15 @@ def subembedding_sigma(sims: torch.Tensor, source: str = "cosine", direction: st
 def variance_aware_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margin: float = 0.2,
                         weighting: bool = True, sigma_source: str = "cosine", detach_sigma: bool = True,
                         t2i_sigma: str = "image_row", t2i_negatives: str = "slotwise", sigma_offset: float = 1.0,
-                        active: torch.Tensor | None = None, reduction: str = "sum") -> dict[str, torch.Tensor]:
+                        active: torch.Tensor | None = None, reduction: str = "sum",
+                        hardest: bool = True) -> dict[str, torch.Tensor]:
     """L_var of a batch of B (image, caption) pairs.
 
     ``sims`` (B, K, B): S(v_i^k, t_j), cosine of the i-th image's k-th sub-embedding and the j-th caption.
     ``pos_mask`` (B, B): True where caption j belongs to image i (excluded from the hardest negatives but kept
     in σ's sample); None = the diagonal only. ``active`` (B, K): per-(i, k) 0/1 weights (DVSE mask mode
-    ``drop_terms``). Returns ``loss`` and diagnostics ``sigma`` (B, K), ``hinge_i2t``, ``hinge_t2i`` (B, K).
+    ``drop_terms``). ``hardest``: True = the hardest negative (Eq. 11); False = the sum of the hinges over all
+    negatives. Returns ``loss`` and diagnostics ``sigma`` (B, K), ``hinge_i2t``, ``hinge_t2i`` (B, K).
     """
     b, k, b2 = sims.shape
     if b != b2:
@@ -81,13 +84,17 @@ def variance_aware_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None
     pos = eye if pos_mask is None else (pos_mask.bool() | eye)
     positive = sims.diagonal(dim1=0, dim2=2).t()  # (B, K): S(v_i^k, t_i)
 
-    neg_i2t = sims.masked_fill(pos[:, None, :], _NEG_FILL).amax(dim=2)  # over captions j, (B, K)
-    col = sims.masked_fill(pos[:, None, :], _NEG_FILL)  # (j image, k, i caption); pos[j, i] = caption i is j's
+    # positives get _NEG_FILL, so they are never the hardest negative and their summed hinges are 0
+    row = sims.masked_fill(pos[:, None, :], _NEG_FILL)  # read as (i image, k, j caption): i2t
+    col = row  # the same tensor read as (j image, k, i caption): t2i; pos[j, i] = caption i is j's
     if t2i_negatives == "set":
         col = col.amax(dim=1, keepdim=True).expand(-1, k, -1)
-    neg_t2i = col.amax(dim=0).t()  # over images j, (K, B) -> (B, K)
-    hinge_i2t = (margin + neg_i2t - positive).clamp(min=0)
-    hinge_t2i = (margin + neg_t2i - positive).clamp(min=0)
+    if hardest:
+        hinge_i2t = (margin + row.amax(dim=2) - positive).clamp(min=0)  # hardest caption j, (B, K)
+        hinge_t2i = (margin + col.amax(dim=0).t() - positive).clamp(min=0)  # hardest image j, (K, B) -> (B, K)
+    else:
+        hinge_i2t = (margin + row - positive[:, :, None]).clamp(min=0).sum(dim=2)
+        hinge_t2i = (margin + col - positive.t()[None, :, :]).clamp(min=0).sum(dim=0).t()
 
     if weighting:
         sigma_row = subembedding_sigma(sims, sigma_source, "image_row", sigma_offset)

@@ -18,6 +18,8 @@ Resolved ambiguities, each a config option (docs/methods/dvse.md has the reasoni
   ``loss.orthogonal.target``: ``residuals`` v̂ (Eq. 4, default) or the final ``embeddings`` v.
 - ``loss.sigma.detach`` (gradients through σ): true (default; σ is a weight) / false.
 - ``eval.similarity`` (K sub-embeddings -> one score): ``max`` (default, PVSE's MIL) / ``mean``.
+- ``loss.warmup_epochs`` (card A13): summed hinges over all negatives before this epoch, then the hardest
+  negative; 0 (default, the paper) = hardest negatives from the start.
 
 Table V ablation switches: ``model.dynamic_mask.enabled`` (DM), ``loss.ranking`` (``variance_aware`` = L_var;
 ``triplet_per_slot`` = w/o L_var: σ ≡ 1, plain per-slot VSE++; ``triplet_set`` = VSE++ on the set score),
@@ -93,6 +95,10 @@ class DVSE(RetrievalModel):
                 "ranking": {"enum": RANKINGS, "default": "variance_aware"},
                 "t2i_negatives": {"enum": ["slotwise", "set"], "default": "slotwise"},
                 "reduction": {"enum": ["sum", "mean"], "default": "sum"},
+                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
+                                  "description": "sum of the hinges over all negatives before this epoch, then the "
+                                                 "hardest negative (card A13; paper: none). Hardest negatives "
+                                                 "from scratch can collapse every embedding to one point"},
                 "sigma": nested_section({
                     "source": {"enum": ["cosine", "softmax"], "default": "cosine"},
                     "detach": {"type": "boolean", "default": True},
@@ -192,16 +198,18 @@ class DVSE(RetrievalModel):
         mask, residuals = self._aux.get("mask"), self._aux.get("image_residuals")
         residuals = residuals.float() if residuals is not None else None
         terms: dict[str, torch.Tensor] = {}
+        hardest = epoch >= lc["warmup_epochs"]  # ``epoch`` counts from 0 (fractional within an epoch)
         if lc["ranking"] == "triplet_set":
             sims = set_similarity(img, txt, self.eval_similarity, alpha=self.cfg["eval"]["alpha"])
-            l_rank = triplet_loss(sims, pos_mask, lc["margin"], True, lc["reduction"])
+            l_rank = triplet_loss(sims, pos_mask, lc["margin"], hardest, lc["reduction"])
         else:
             sims = torch.einsum("bkd,cd->bkc", img, txt)  # S(v_i^k, t_j), (B, K, B)
             active = mask if (mask is not None and self.mask_mode == "drop_terms") else None
             out = variance_aware_loss(sims, pos_mask, lc["margin"], weighting=lc["ranking"] == "variance_aware",
                                       sigma_source=lc["sigma"]["source"], detach_sigma=lc["sigma"]["detach"],
                                       t2i_sigma=lc["sigma"]["t2i"], t2i_negatives=lc["t2i_negatives"],
-                                      sigma_offset=lc["sigma"]["offset"], active=active, reduction=lc["reduction"])
+                                      sigma_offset=lc["sigma"]["offset"], active=active, reduction=lc["reduction"],
+                                      hardest=hardest)
             l_rank = out["loss"]
             terms["sigma_mean"] = out["sigma"].mean()
         loss = lc["eta"] * l_rank

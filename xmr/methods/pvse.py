@@ -7,6 +7,7 @@ embeddings (yalesong/pvse ``model.py``).
 Loss (``loss.py`` PVSELoss): hardest-negative triplet on the MIL similarity max_{k,l} cos(v_k, t_l) (mean
 reduction) + ``div_weight`` · diversity (‖off-diagonal Gram‖_F / K² of each modality's residuals) +
 ``mmd_weight`` · MMD(all image elements, all caption elements); both regularisers only when K > 1.
+``loss.warmup_epochs``: summed hinges before this epoch, then the hardest negative (default 0, as the code).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class PVSE(RetrievalModel):
             "loss": strict_section({
                 "margin": {"type": "number", "minimum": 0, "default": 0.1},
                 "max_violation": {"type": "boolean", "default": True},
+                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
+                                  "description": "sum of hinges before this epoch, then the hardest negative "
+                                                 "(VSE∞'s vse_mean_warmup_epochs; the PVSE code has none)"},
                 "reduction": {"enum": ["sum", "mean"], "default": "mean"},
                 "similarity": {"enum": TRAIN_SIMILARITIES, "default": "max",
                                "description": "set similarity inside the triplet loss (max = MIL)"},
@@ -84,7 +88,8 @@ class PVSE(RetrievalModel):
     def _loss(self, img, txt, pos_mask, epoch):
         lc = self.cfg["loss"]
         sims = set_similarity(img, txt, lc["similarity"], alpha=self.cfg["eval"]["alpha"])
-        ranking = triplet_loss(sims, pos_mask, lc["margin"], lc["max_violation"], lc["reduction"])
+        hardest = lc["max_violation"] and epoch >= lc["warmup_epochs"]  # ``epoch`` counts from 0
+        ranking = triplet_loss(sims, pos_mask, lc["margin"], hardest, lc["reduction"])
         terms = {"ranking": ranking}
         loss = ranking
         if img.shape[1] > 1 and lc["div_weight"] > 0:

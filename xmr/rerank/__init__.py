@@ -254,9 +254,11 @@ def _as_matrix(sims) -> torch.Tensor:
 
 
 def reject_nonpositive_scores(sims: torch.Tensor, name: str, why: str) -> None:
-    """Error when every score is <= 0 (and some < 0), as in log-probabilities (PCME's ``log_match_prob``), for a
-    re-ranker reading ``sims`` as non-negative similarities (``why`` says how its formula breaks)."""
-    if float(sims.amax()) <= 0.0 and float(sims.amin()) < 0.0:
+    """Error when the matrix looks like log-probabilities (PCME's ``log_match_prob``: every score <= 0 and some
+    below -1, outside the cosine range), for a re-ranker reading ``sims`` as similarities (``why`` says how its
+    formula breaks). All-negative cosines (a model whose scores all lie in [-1, 0], e.g. CODER on synth) pass:
+    the re-ranker then does what the reference code does with them."""
+    if float(sims.amax()) <= 0.0 and float(sims.amin()) < -1.0:
         raise XmrError(f"re-ranker {name!r}: every similarity is <= 0, as in log-probabilities (PCME's "
                        f"log_match_prob); {why}. For log-probabilities pass scores=log_prob (PCME's config sets "
                        f"eval.rerank.{name}.scores: log_prob); see docs/evaluation.md")
