@@ -53,6 +53,34 @@ def test_positive_masks_by_hand():
         positive_mask(idx, None, "class", True)
 
 
+def test_caption_text_positives_by_hand():
+    from xmr.data.base import CaptionedSplit
+    from xmr.train.samplers import caption_texts
+
+    # image 0: "a red circle", "A  red circle" (same words), "a blue square"; image 1: "a blue square", "a star";
+    # image 2: "a green star"
+    caps = ["a red circle", "A  red circle", "a blue square", "a blue square", "a star", "a green star"]
+    data = CaptionedSplit("toy", "train", ["0", "1", "2"], [], caps, np.array([0, 0, 0, 1, 1, 2]))
+    texts = caption_texts(data)
+    assert texts.caption_text.tolist() == [0, 0, 1, 1, 2, 3]
+    assert texts.image_texts.tolist() == [[0, 0, 1], [1, 2, -1], [3, -1, -1]]
+    # batch pairs (image, caption): (0, 0), (1, 3), (1, 4), (2, 5), (0, 2)
+    idx, cap = torch.tensor([0, 1, 1, 2, 0]), torch.tensor([0, 3, 4, 5, 2])
+    t, f = True, False
+    # row i (image idx[i]) x column j (caption cap[j]): positive when cap[j]'s text is one of image idx[i]'s
+    # captions. Image 0 has "a blue square", so caption 3 (image 1) is a positive for it, and caption 2 (image 0)
+    # is one for image 1; "a star" (image 1) is not "a green star" (image 2).
+    want = [[t, t, f, f, t],
+            [f, t, t, f, t],
+            [f, t, t, f, t],
+            [f, f, f, t, f],
+            [t, t, f, f, t]]
+    assert positive_mask(idx, None, "caption_text", True, cap, texts).tolist() == want
+    assert positive_mask(idx, None, "caption_text", False, cap, texts).tolist() == torch.eye(5).bool().tolist()
+    with pytest.raises(XmrError, match="train.positives: caption_text needs the batch's caption indices"):
+        positive_mask(idx, None, "caption_text", True)
+
+
 def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
     from xmr.config import load_run_config
     from xmr.train.trainer import train
@@ -63,6 +91,51 @@ def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
     cfg = load_run_config(recipe)
     summary = train(cfg, tmp_path / "run", progress=False)
     assert summary["history"][0]["epoch"] == 1 and np.isfinite(summary["history"][0]["loss"])
+
+
+def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch):
+    """With train.positives: caption_text every loss call gets the mask of the batch's own caption texts: a
+    caption with the same words as one of image i's captions is a positive for image i, whatever its image."""
+    from xmr.config import load_run_config
+    from xmr.data import load_split
+    from xmr.methods.vsepp import VSEPP
+    from xmr.train.trainer import train
+
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_text", train={"positives": "caption_text", "batch_size": 60,
+                                                                   "epochs": 1})
+    cfg = load_run_config(recipe)
+    data = load_split(cfg["dataset_cfg"], "train")
+    norm = [" ".join(t).lower() for t in data.tokens]
+    own = [set() for _ in range(data.num_images)]
+    for j, i in enumerate(data.caption_image):
+        own[i].add(norm[j])
+    seen = []
+    original = VSEPP.compute_loss
+
+    def spy(self, img, txt, pos_mask, epoch):
+        seen.append(pos_mask.cpu())
+        return original(self, img, txt, pos_mask, epoch)
+
+    monkeypatch.setattr(VSEPP, "compute_loss", spy)
+    from xmr.train import data as train_data_module
+    batches = []
+    collate = train_data_module.PairCollate.__call__
+
+    def keep(self, items):
+        b = collate(self, items)
+        if self.split == "train":
+            batches.append((b["image_index"].clone(), b["caption_index"].clone()))
+        return b
+
+    monkeypatch.setattr(train_data_module.PairCollate, "__call__", keep)
+    train(cfg, tmp_path / "run", progress=False)
+    assert len(seen) == len(batches) > 0
+    extra = 0
+    for mask, (idx, cap) in zip(seen, batches):
+        want = torch.tensor([[norm[c] in own[i] for c in cap.tolist()] for i in idx.tolist()])
+        assert mask.tolist() == want.tolist()
+        extra += int((want & (idx[:, None] != idx[None, :])).sum())
+    assert extra > 0  # tiny synth repeats captions across images, so the text mask differs from the image mask
 
 
 def _gather_worker(rank: int, world: int, port: int, out: str) -> None:

@@ -148,7 +148,8 @@ class PairCollate:
             image = {"feats": feats, "num_regions": lengths}
         text = self.text_collate([it[2] for it in items], [it[3] for it in items], [it[5] for it in items],
                                  self.split)
-        return {**image, "text": text, "image_index": torch.tensor([it[4] for it in items])}
+        return {**image, "text": text, "image_index": torch.tensor([it[4] for it in items]),
+                "caption_index": torch.tensor([it[5] for it in items])}
 
 
 class ImageDataset(Dataset):

@@ -7,23 +7,28 @@
   batches (the released ``adjust_epoch``); anchors are the first pairs of a shuffled order. The released sampler
   needs ``batch_size`` = the number of training classes (150 on CUB); here fewer classes per batch are allowed
   (a random subset of the other classes each batch).
-- ``train.positives: image | class`` — the in-batch positive mask given to the loss: captions of the same image
-  (``image``) or of the same class (``class``: "all image-caption pairs of the same class are positives", the
-  CUB reading of DVSE's card); ``train.mask_same_image: false`` keeps only the pair itself as positive.
+- ``train.positives: image | class | caption_text`` — the in-batch positive mask given to the loss: captions of
+  the same image (``image``), of the same class (``class``: "all image-caption pairs of the same class are
+  positives", the CUB reading of DVSE's card), or, for image i and caption j, captions whose text equals one of
+  image i's own captions (``caption_text``: a duplicated generic caption such as "a man riding a horse" is not a
+  negative for any image it describes word for word; same-image captions stay positives);
+  ``train.mask_same_image: false`` keeps only the pair itself as positive.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
 
 SAMPLERS = ("random", "one_per_class")
-POSITIVES = ("image", "class")
+POSITIVES = ("image", "class", "caption_text")
 
 
 class OnePerClassBatchSampler(Sampler[list[int]]):
@@ -57,9 +62,37 @@ class OnePerClassBatchSampler(Sampler[list[int]]):
                 yield [batch[i] for i in order]
 
 
+@dataclass(frozen=True)
+class CaptionTexts:
+    """Caption texts of a training split as ids: ``caption_text[j]`` the id of caption j's normalised text,
+    ``image_texts[i]`` the ids of image i's captions (padded with -1)."""
+
+    caption_text: torch.Tensor
+    image_texts: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "CaptionTexts":
+        return CaptionTexts(self.caption_text.to(device), self.image_texts.to(device))
+
+
+def caption_texts(data: CaptionedSplit) -> CaptionTexts:
+    """Text ids of a split's captions: equal ids = the same words (lower-cased tokens, whitespace ignored)."""
+    ids: dict[str, int] = {}
+    words = data.tokens if data.tokens else [c.lower().split() for c in data.captions]
+    caption_text = np.array([ids.setdefault(" ".join(w).lower(), len(ids)) for w in words], dtype=np.int64)
+    per_image = np.bincount(data.caption_image, minlength=data.num_images)
+    image_texts = np.full((data.num_images, max(1, int(per_image.max(initial=0)))), -1, dtype=np.int64)
+    fill = np.zeros(data.num_images, dtype=np.int64)
+    for j, i in enumerate(data.caption_image):
+        image_texts[i, fill[i]] = caption_text[j]
+        fill[i] += 1
+    return CaptionTexts(torch.from_numpy(caption_text), torch.from_numpy(image_texts))
+
+
 def positive_mask(image_index: torch.Tensor, labels: torch.Tensor | None, positives: str,
-                  mask_same_image: bool) -> torch.Tensor:
-    """(B, B) bool: pair j is a positive for pair i (the diagonal always is)."""
+                  mask_same_image: bool, caption_index: torch.Tensor | None = None,
+                  texts: CaptionTexts | None = None) -> torch.Tensor:
+    """(B, B) bool, rows images and columns captions of the batch's pairs: caption j is a positive for image i
+    (the diagonal always is). ``caption_text`` needs the pairs' ``caption_index`` and the split's ``texts``."""
     eye = torch.eye(len(image_index), dtype=torch.bool, device=image_index.device)
     if not mask_same_image:
         return eye
@@ -68,6 +101,12 @@ def positive_mask(image_index: torch.Tensor, labels: torch.Tensor | None, positi
             raise XmrError("train.positives: class needs class labels, and this dataset's images have none; "
                            "use train.positives: image")
         return (labels[:, None] == labels[None, :]) | eye
+    if positives == "caption_text":
+        if texts is None or caption_index is None:
+            raise XmrError("train.positives: caption_text needs the batch's caption indices and the split's "
+                           "caption texts (xmr.train.samplers.caption_texts)")
+        own = texts.image_texts[image_index]  # (B, C): the texts of each row's image
+        return (own[:, :, None] == texts.caption_text[caption_index][None, None, :]).any(1) | eye
     return (image_index[:, None] == image_index[None, :]) | eye
 
 

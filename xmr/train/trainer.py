@@ -30,7 +30,8 @@ from xmr.train.checkpoint import load_checkpoint, save_checkpoint
 from xmr.train.data import (CaptionCollate, CaptionDataset, PairCollate, PairDataset, feature_path,
                             image_input, image_loader_parts, load_split_images)
 from xmr.train.e2e import backbone_frozen, build_image_backbone, check_image_source, is_end_to_end, loss_scale
-from xmr.train.samplers import OnePerClassBatchSampler, check_batching, positive_mask
+from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
+                                 positive_mask)
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 
@@ -156,9 +157,11 @@ class TrainStep:
 
     def __init__(self, model: RetrievalModel, train_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  scaler: torch.amp.GradScaler, cfg: dict, device: torch.device, use_amp: bool = False,
-                 amp_dtype: torch.dtype = torch.float16, labels: torch.Tensor | None = None) -> None:
+                 amp_dtype: torch.dtype = torch.float16, labels: torch.Tensor | None = None,
+                 texts: CaptionTexts | None = None) -> None:
         self.model, self.train_model, self.optimizer, self.scaler = model, train_model, optimizer, scaler
         self.cfg, self.device, self.use_amp, self.amp_dtype, self.labels = cfg, device, use_amp, amp_dtype, labels
+        self.texts = texts  # the training split's caption texts, for train.positives: caption_text
 
     def __call__(self, batch: dict, epoch: int, it: int, steps_per_epoch: int) -> dict[str, torch.Tensor]:
         tcfg, ocfg, model, device = self.cfg["train"], self.cfg["optim"], self.model, self.device
@@ -166,6 +169,7 @@ class TrainStep:
         for g in self.optimizer.param_groups:
             g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]), ocfg["schedule"]["min_lr"])
         idx = batch["image_index"].to(device)
+        cap = batch["caption_index"].to(device) if "caption_index" in batch else None
         model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
         x, nr = image_input(batch)
         with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.use_amp):  # covers the backbone too
@@ -174,8 +178,9 @@ class TrainStep:
             img, txt = img.float(), txt.float()
             if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
                 img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
+                cap = None if cap is None else dist.gather_batch(cap)
             labels = None if self.labels is None else self.labels[idx]
-            pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"])
+            pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"], cap, self.texts)
             terms = model.compute_loss(img, txt, pos_mask, frac)
         loss = terms["loss"]
         if not torch.isfinite(loss):
@@ -218,6 +223,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         raise XmrError(f"{cfg['name']}: train.gather_negatives: method {cfg['method']} keeps per-batch state for its "
                        f"loss (memory queues, masks, slots), which is not gathered across processes; set it false")
     labels = None if train_data.image_labels is None else torch.as_tensor(train_data.image_labels).to(device)
+    texts = caption_texts(train_data).to(device) if tcfg["positives"] == "caption_text" else None
     val_split = cfg["dataset_cfg"]["val_split"]
     val_data, val_feats = load_split_images(cfg, val_split)
     vocab_words = build_vocab_words(cfg, train_data)
@@ -266,7 +272,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     bs = tcfg["batch_size"]
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
         else math.ceil(len(dataset) / (bs * ctx.world_size))
-    stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels)
+    stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
     with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
