@@ -23,3 +23,27 @@ def test_killed_run_resumes_to_the_same_result(tiny_synth, tmp_path, method):
     output = train_cli(recipe, killed)
     assert f"resuming {killed} after epoch 1" in output  # continued, not restarted
     assert history_rows(killed) == history_rows(ref)  # same losses and validation metrics, epoch by epoch
+
+
+def test_resume_with_another_process_count_says_the_global_batch_changed(tiny_synth, tmp_path, capsys):
+    """last.pt records the number of processes; resuming with another count goes on but says the global batch
+    (train.batch_size per process x processes) is not what it was."""
+    import torch
+
+    from xmr.config import load_run_config
+    from xmr.train.checkpoint import load_checkpoint
+    from xmr.train.trainer import train
+
+    cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_world", train={"epochs": 2, "batch_size": 16}))
+    out = tmp_path / "run"
+    train(cfg, out, progress=False)
+    ck = load_checkpoint(out / "last.pt", "cpu")
+    assert ck["world_size"] == 1
+    # as if 4 processes had written it after epoch 1
+    ck.update(world_size=4, epoch=0, history=ck["history"][:1])
+    torch.save(ck, out / "last.pt")
+    capsys.readouterr()
+    train(cfg, out, progress=False)
+    printed = capsys.readouterr().out
+    assert f"resuming {out} after epoch 1" in printed
+    assert "was written by 4, so the global batch changes from 64 to 16" in printed

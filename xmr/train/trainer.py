@@ -246,6 +246,11 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         model.load_state_dict(ck["model"])
         optimizer.load_state_dict(ck["optimizer"])
         state.update({k: ck[k] for k in state})
+        written_by = ck.get("world_size", ctx.world_size)
+        if written_by != ctx.world_size and ctx.is_main:  # allowed, but the global batch is not what it was
+            print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
+                  f"global batch changes from {tcfg['batch_size'] * written_by} to "
+                  f"{tcfg['batch_size'] * ctx.world_size} (train.batch_size is per process)", flush=True)
         if ctx.is_main:  # always said: a resumed run must be visible in logs
             print(f"resuming {out} after epoch {state['epoch'] + 1}", flush=True)
     train_model: torch.nn.Module = ctx.wrap(TrainForward(model))
@@ -336,7 +341,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                       "vocab_words": vocab_words, "image_dim": image_dim,
-                      "config_sha256": digest, **state}
+                      "config_sha256": digest, "world_size": ctx.world_size, **state}
                 save_checkpoint(last, ck)
                 if is_best:
                     save_checkpoint(out / "best.pt", {k: ck[k] for k in ("model", "vocab_words", "image_dim",
