@@ -50,8 +50,9 @@ def lse_stats(sims: torch.Tensor, col_scale: float, row_scale: float,
     a = sims.detach().numpy() if cpu else sims
     hi, lo = float(sims.amax()), float(sims.amin())
     shared = max(col_scale, row_scale) * (hi - lo) <= _SHARED_SHIFT_SPAN
-    col = xp.zeros(m, dtype=xp.float64) if shared else xp.full((m,), -np.inf, dtype=xp.float32)
-    row = xp.empty(n, dtype=xp.float32)
+    on = {} if cpu else {"device": sims.device}  # torch allocates on the CPU unless told
+    col = xp.zeros(m, dtype=xp.float64, **on) if shared else xp.full((m,), -np.inf, dtype=xp.float32, **on)
+    row = xp.empty(n, dtype=xp.float32, **on)
     for rows in iter_blocks(n, m * 4 * 2, block_bytes):
         s = a[rows]
         if shared:
