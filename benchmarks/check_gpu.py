@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,6 @@ def main() -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("check_gpu: no CUDA device here; run it on a GPU node (or pass --device cpu to check the script)")
         return 2
-    warnings.filterwarnings("ignore", message="re-ranker .* some similarities are negative")
     g = np.random.default_rng(args.seed)
     failures = 0
 

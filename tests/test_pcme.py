@@ -262,7 +262,7 @@ def test_all_negative_cosines_are_not_mistaken_for_log_probabilities():
     from xmr.rerank import rerank
 
     a = np.array([[-0.25, -0.5], [-0.6, -0.3]], dtype=np.float32)
-    with pytest.warns(UserWarning, match=r"re-ranker 'dsl': some similarities are negative \(min -0.6\)"):
+    with pytest.warns(UserWarning, match=r"re-ranker 'dsl': every similarity is <= 0 \(cosines in \[-0.6, -0.25\]\)"):
         i2t, _ = rerank(a, "dsl", {"scale": 1.0})
     # column j: prior_i = e^{a_ij} / Σ_l e^{a_lj}; col 0: e^-0.25 / (e^-0.25 + e^-0.6) = 0.58662, 0.41338
     assert np.allclose(i2t.numpy()[:, 0], [-0.25 * 0.586618, -0.6 * 0.413382], atol=1e-5)

@@ -25,9 +25,8 @@ per-dataset rows that override them (FR's paper values per dataset live in ``con
 
 from __future__ import annotations
 
-import warnings
-
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -260,13 +259,13 @@ def reject_nonpositive_scores(sims: torch.Tensor, name: str, why: str) -> None:
     below -1, outside the cosine range), for a re-ranker reading ``sims`` as similarities (``why`` says how its
     formula breaks). All-negative cosines (a model whose scores all lie in [-1, 0], e.g. CODER on synth) pass:
     the re-ranker then does what the reference code does with them."""
-    low = float(sims.amin())
-    if float(sims.amax()) <= 0.0 and low < -1.0:
+    high, low = float(sims.amax()), float(sims.amin())
+    if high <= 0.0 and low < -1.0:
         raise XmrError(f"re-ranker {name!r}: every similarity is <= 0, as in log-probabilities (PCME's "
                        f"log_match_prob); {why}. For log-probabilities pass scores=log_prob (PCME's config sets "
                        f"eval.rerank.{name}.scores: log_prob); see docs/evaluation.md")
-    if low < 0.0:  # allowed (the reference does it), but the ranking of those scores comes out inverted
-        warnings.warn(f"re-ranker {name!r}: some similarities are negative (min {low:.3g}); for them {why}",
+    if high <= 0.0:  # allowed (the reference does it), but every ranking comes out inverted
+        warnings.warn(f"re-ranker {name!r}: every similarity is <= 0 (cosines in [{low:.3g}, {high:.3g}]); {why}",
                       stacklevel=3)
 
 
