@@ -7,6 +7,7 @@ include: "workflow/rules/text_features.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/experiments.smk"
+include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
 
 

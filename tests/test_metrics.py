@@ -196,3 +196,25 @@ def test_shape_errors():
         evaluate_sims(HAND, "plain", 2, ties="random")
     with pytest.raises(XmrError, match="needs image class labels"):
         evaluate_sims(HAND, "cub", 2)
+
+
+def test_subsets_average_the_same_ranks_over_their_queries_only():
+    from xmr.evaluation import evaluate_sims
+
+    # 2 images x 2 captions each; captions 0, 1 -> image 0, captions 2, 3 -> image 1
+    sims = np.array([[0.9, 0.1, 0.8, 0.2],
+                     [0.5, 0.6, 0.7, 0.3]])
+    # i2t: image 0's best caption 0 (0.9) is first in its row; image 1's caption 2 (0.7) is first => ranks 0, 0
+    # t2i columns: c0 [0.9, 0.5] -> 0; c1 [0.1, 0.6] -> 1; c2 [0.8, 0.7] -> 1; c3 [0.2, 0.3] -> 0
+    sub = {"hard": {"images": np.array([False, True]), "captions": np.array([False, True, True, False])}}
+    res = evaluate_sims(sims, "plain", captions_per_image=2, subsets=sub)
+    assert res["t2i"]["r1"] == pytest.approx(50.0)
+    s = res["subsets"]["hard"]
+    assert (s["n_images"], s["n_captions"]) == (1, 2)
+    assert s["i2t"]["r1"] == pytest.approx(100.0)
+    assert s["t2i"]["r1"] == pytest.approx(0.0) and s["t2i"]["r5"] == pytest.approx(100.0)
+    assert s["t2i"]["medr"] == pytest.approx(2.0)  # ranks 1, 1 (0-based)
+    assert s["rsum"] == pytest.approx(500.0)
+    with pytest.raises(Exception, match="masks of 3 images"):
+        evaluate_sims(sims, "plain", captions_per_image=2,
+                      subsets={"bad": {"images": np.ones(3, bool), "captions": np.ones(4, bool)}})

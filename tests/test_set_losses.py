@@ -235,12 +235,13 @@ def test_pvse_warmup_sums_hinges_then_takes_the_hardest(tiny_synth):
     img, txt = model(feats, torch.tensor([5, 5, 3, 4]), model.text.collate([" ".join(c) for c in caps], caps))
     pos = torch.eye(4, dtype=torch.bool)
     sims = set_similarity(img, txt, "max")
-    # margin 0.1, mean over the batch (PVSE defaults); epoch counts from 0, so [0, 1) is the warm-up
+    # margin 0.1, PVSE's mean over all B x B hinge entries (its default); epoch counts from 0, so [0, 1) is the
+    # warm-up
     assert model.compute_loss(img, txt, pos, 0.5)["loss"].item() == pytest.approx(
-        triplet_loss(sims, pos, 0.1, False, "mean").item(), rel=1e-6)
+        triplet_loss(sims, pos, 0.1, False, "mean_pairs").item(), rel=1e-6)
     assert model.compute_loss(img, txt, pos, 1.0)["loss"].item() == pytest.approx(
         triplet_loss(sims, pos, 0.1, True, "mean").item(), rel=1e-6)
-    assert triplet_loss(sims, pos, 0.1, False, "mean").item() != pytest.approx(
+    assert triplet_loss(sims, pos, 0.1, False, "mean_pairs").item() != pytest.approx(
         triplet_loss(sims, pos, 0.1, True, "mean").item())  # the two forms differ on this batch
 
 

@@ -75,6 +75,18 @@ def hardest_triplet_mean(s, pos, margin):
     return total / b
 
 
+def summed_triplet(s, pos, margin, per_direction):
+    """Summed hinges (VSE0) over every negative, both directions; each direction's sum divided by
+    ``per_direction`` (PVSE code: B * B entries of the hinge matrix; DivE code: B * (B - 1) negatives)."""
+    b = len(s)
+    total = 0.0
+    for i in range(b):
+        for j in range(b):
+            if not pos[i, j]:
+                total += max(0.0, margin + s[i, j] - s[i, i]) + max(0.0, margin + s[i, j] - s[j, j])
+    return total / per_direction
+
+
 def mmd(x, y, gamma):
     """Biased MMD with k(a, b) = exp(-γ‖a - b‖) (non-squared distance, PVSE/DivE code)."""
     def k(p, q):
@@ -131,7 +143,31 @@ def test_pvse_loss_is_mil_triplet_plus_weighted_gram_diversity_and_mmd(tiny_synt
                                                 rel=1e-5)
 
 
+def test_pvse_summed_hinges_average_over_all_b_by_b_entries_like_its_code(tiny_synth):
+    # yalesong/pvse PVSELoss(reduction='mean'): (margin + S - d).clamp(0), positives zeroed, then .mean() over all
+    # B x B entries per direction; batch of 4 => each direction's sum / 16 (xmr's old reduction divided by 4)
+    model = build(tiny_synth, "pvse", model={"num_embeds": 3},
+                  loss={"margin": 0.3, "div_weight": 0.0, "mmd_weight": 0.0, "max_violation": False})
+    img, txt = model(*batch(model))
+    out = model.compute_loss(img, txt, POS, 0.0)
+    sims = mil(np64(img), np64(txt))
+    assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.3, 16), rel=1e-5)
+    assert out["ranking"].item() > 0
+
+
 # -- DivE --------------------------------------------------------------------------------------------------------
+
+def test_dive_summed_hinges_average_over_the_negatives_like_its_code(tiny_synth):
+    # kdwonn/DivE AsymmetricTripletLoss: positives cut out, (margin + neg - pos).clamp(0).mean() over the
+    # B x (B - 1) negatives per direction; batch of 4 => each direction's sum / 12
+    model = build(tiny_synth, "dive",
+                  model={"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8, "dropout": 0.0},
+                  loss={"margin": 0.2, "alpha": 16.0, "mmd_weight": 0.0, "div_weight": 0.0, "max_violation": False})
+    img, txt = model(*batch(model))
+    out = model.compute_loss(img, txt, POS, 0.0)
+    sims = smooth_chamfer(np64(img), np64(txt), 16.0)
+    assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.2, 12), rel=1e-5)
+    assert out["ranking"].item() > 0
 
 def test_dive_loss_is_smooth_chamfer_triplet_plus_mmd_and_slot_uniformity(tiny_synth):
     model = build(tiny_synth, "dive",

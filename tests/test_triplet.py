@@ -51,3 +51,28 @@ def test_gradient_reaches_only_the_hardest_negative_and_the_positives():
                          [0.0, -1.0, 2.0],
                          [2.0, 0.0, -2.0]], dtype=torch.float64)
     assert torch.equal(s.grad, want)
+
+
+def test_reference_reductions_of_pvse_and_dive():
+    # Diagonal-only positives, as both reference codes; margin 0.2. Hinge entries (diagonal zeroed):
+    #   image anchors (rows):    row 0: 0.15, 0.1 | row 1: 0 (=-0.1), 0.1 | row 2: 0.3, 0 (=0.0)  -> sum 0.65
+    #   caption anchors (cols):  col 0: 0, 0.1    | col 1: 0.05, 0 (<0)   | col 2: 0.3, 0.4         -> sum 0.85
+    # PVSE (yalesong/pvse loss.py): loss.mean() over the whole 3 x 3 hinge matrix per direction, diagonal included
+    #   => 0.65 / 9 + 0.85 / 9 = 1.5 / 9
+    assert triplet_loss(S, margin=0.2, max_violation=False, reduction="mean_pairs").item() == \
+        pytest.approx(1.5 / 9, abs=1e-12)
+    # DivE (kdwonn/DivE loss.py): positives are cut out, loss.mean() over the 3 x 2 negatives => 1.5 / 6
+    assert triplet_loss(S, margin=0.2, max_violation=False, reduction="mean_negatives").item() == \
+        pytest.approx(1.5 / 6, abs=1e-12)
+    # xmr's earlier "mean" (over anchors) is B or B - 1 times larger: 1.5 / 3
+    assert triplet_loss(S, margin=0.2, max_violation=False, reduction="mean").item() == \
+        pytest.approx(1.5 / 3, abs=1e-12)
+    # hardest negative: both codes take the max per anchor, then the mean over the 3 anchors:
+    #   rows 0.15, 0.1, 0.3; cols 0.1, 0.05, 0.4 => (0.55 + 0.55) / 3
+    for reduction in ("mean", "mean_pairs", "mean_negatives"):
+        assert triplet_loss(S, margin=0.2, reduction=reduction).item() == pytest.approx(1.1 / 3, abs=1e-12)
+
+
+def test_unknown_reduction_is_refused():
+    with pytest.raises(ValueError, match="mean_pairs"):
+        triplet_loss(S, reduction="average")

@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from xmr.reproducibility import portable_cpu_numerics
+
+    portable_cpu_numerics()  # before anything imports torch: same numbers on every AVX2 CPU (docs/reproducibility)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -33,14 +33,17 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
 
         params = default_params(rerank, ds["rerank_defaults"]) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
             | dict(rerank_params or {})
-    labels = None
-    if any(p == "cub" for p in protocols):
+    labels = subsets = None
+    if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
         from xmr.data import load_split
 
-        labels = load_split(ds, ds["test_split"]).image_labels
+        split = load_split(ds, ds["test_split"])
+        labels, subsets = split.image_labels, split.extra.get("subsets")
+        if subsets is not None and sims.shape != (split.num_images, split.num_captions):
+            subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
     by_protocol = {}
     for p in protocols:
-        kw = {"image_labels": labels} if p == "cub" else {}
+        kw = {"image_labels": labels} if p == "cub" else {"subsets": subsets}
         by_protocol[p] = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"],
                                        rerank=rerank, rerank_params=params, **kw)
     head = by_protocol[protocols[0]]
@@ -57,6 +60,16 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
                 tracker.log_metrics(metrics_to_flat(m, f"test_{tag}/{p}"))
             tracker.log_dict(result, f"results/{cfg['name']}_{tag}.json")
     return result
+
+
+def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reranks: list[str],
+                      track: bool = True) -> dict[str, Any]:
+    """One results dict per re-ranker (``none`` = plain) of the same run: ``{"by_rerank": {name: result}}`` plus
+    the run's identity (what the seeded benchmark stores per run)."""
+    by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track) for r in reranks}
+    first = by[reranks[0]]
+    keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol")
+    return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 
 def write_results(result: dict, out: str | os.PathLike) -> None:

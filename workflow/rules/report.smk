@@ -138,3 +138,36 @@ rule readme:
     shell:
         "{XMR} readme-section {input} --section results-{wildcards.dataset} --readme README.md --out {output}"
         " > {log} 2>&1"
+
+
+rule demo_table:
+    # what `make demo` prints: `xmr show` of the default targets (config `default`)
+    input:
+        lambda wc: expand("results/{dataset}/{target}.json", dataset=wc.dataset, target=config["default"]["targets"]),
+    output:
+        "reports/{dataset}/demo.md",
+    log:
+        "logs/report/{dataset}_demo.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} show {input} --out {output} > {log} 2>&1"
+
+
+rule readme_demo:
+    # the README's demo section (`<!-- xmr:demo-{dataset} -->`): exactly the table `make demo` prints
+    input:
+        "reports/{dataset}/demo.md",
+    output:
+        "reports/{dataset}/readme_demo.md",
+    log:
+        "logs/report/{dataset}_readme_demo.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} readme-section {input} --section demo-{wildcards.dataset} --readme README.md --out {output}"
+        " > {log} 2>&1"

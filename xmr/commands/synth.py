@@ -1,6 +1,6 @@
 """xmr synth: generate the embedded synthetic dataset (images + Karpathy-format captions)."""
 
-HELP = "generate the embedded synthetic dataset from its dataset config (deterministic in the seed)"
+HELP = "generate the embedded synthetic dataset from its dataset config (deterministic in the seed), or print its statistics"
 
 
 def add_arguments(p):
@@ -8,11 +8,23 @@ def add_arguments(p):
     p.add_argument("--config-dir", default="config")
     p.add_argument("--out", help="output folder (default: the config's root)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="override generator arguments, e.g. n_train=500 seed=1")
+                   help="override generator arguments, e.g. n_train=500 seed=1 style=v1")
+    p.add_argument("--stats", metavar="DATASET_JSON",
+                   help="print statistics of a generated file as JSON (false_negative_rate_b128, caption length, "
+                        "vocabulary, objects per image, ambiguous subset) instead of generating")
+    p.add_argument("--batches", type=int, default=100, help="with --stats: random batches for the false-negative rate")
 
 
 def run(args):
     import yaml
+
+    if args.stats:
+        import json
+
+        from xmr.data.synth import synth_stats
+
+        print(json.dumps(synth_stats(args.stats, batches=args.batches), indent=2))
+        return
 
     from xmr.config import load_dataset_config
     from xmr.data.synth import generate_synth

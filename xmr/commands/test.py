@@ -7,6 +7,9 @@ def add_arguments(p):
     p.add_argument("--run", required=True, help="run directory written by `xmr train`")
     p.add_argument("--sims", required=True, help="similarity matrix from `xmr score`")
     p.add_argument("--rerank", help="re-ranker name (fr, rr, isoftmax, dsl, qbnorm, csls)")
+    p.add_argument("--reranks", nargs="+", metavar="NAME",
+                   help="evaluate plain (none) and/or several re-rankers with their default parameters into one "
+                        "JSON {by_rerank: {name: results}} (the seeded benchmark's per-run file)")
     p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE",
                    help="re-ranker parameters: numbers, or paths (qbnorm: bank_i2t=A.npy bank_t2i=B.npy)")
     p.add_argument("--out", required=True, help="results JSON")
@@ -17,6 +20,15 @@ def run(args):
     from xmr.errors import XmrError
     from xmr.results import evaluate_run, write_results
 
+    if args.reranks:
+        from xmr.results import evaluate_run_many
+
+        if args.rerank or args.rerank_param:
+            raise XmrError("--reranks evaluates each re-ranker with its defaults; drop --rerank/--rerank-param")
+        res = evaluate_run_many(args.run, args.sims, args.reranks, track=not args.no_tracking)
+        write_results(res, args.out)
+        print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
+        return
     params = {}
     for item in args.rerank_param:
         k, sep, v = item.partition("=")

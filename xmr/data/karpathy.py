@@ -11,6 +11,10 @@ Format: ``{"images": [{"filename", "filepath"?, "split", "imgid", "cocoid"?, "se
   the image id is ``imgid`` (0..31782, the index VSE∞'s ``id_mapping.json`` and SCAN's ids use).
 - ``synth``: as Flickr30K, plus ``label`` (class) and ``objects[].box`` (pixels), exposed as
   ``CaptionedSplit.image_labels`` and ``extra['boxes']``.
+- Any dataset may name evaluation subsets: ``"subsets": ["ambiguous", ...]`` on images and on sentences. They are
+  exposed as ``extra['subsets'] = {name: {"images": bool (N,), "captions": bool (M,)}}`` and the evaluator
+  reports each one beside the whole test set (image->text over the subset's images, text->image over its
+  captions; the gallery is always the whole split).
 
 A split may gather several Karpathy splits. Images with more captions than ``captions_per_image`` keep their
 first ones (COCO has images with 6 or 7; the released precomputed features keep 5); fewer is an error.
@@ -82,6 +86,8 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
     c = int(cfg["captions_per_image"])
     image_root = Path(cfg["images"])
     ids, paths, caps, toks, labels, boxes = [], [], [], [], [], []
+    img_subsets: list[list[str]] = []
+    cap_subsets: list[list[str]] = []
     seen: dict[str, int] = {}
     for i, img in enumerate(images):
         if img["split"] not in wanted:
@@ -99,6 +105,8 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
         for s in sents[:c]:
             caps.append(s["raw"].strip())
             toks.append(s.get("tokens") or tokenize(s["raw"]))
+            cap_subsets.append(list(s.get("subsets") or []))
+        img_subsets.append(list(img.get("subsets") or []))
         labels.append(img.get("label", -1))
         if "objects" in img:
             boxes.append(np.asarray([o["box"] for o in img["objects"]], dtype=np.float32).reshape(-1, 4))
@@ -107,7 +115,11 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
         raise XmrError(f"{ann}: no images in split {split!r} (Karpathy splits used: {wanted}; the file has "
                        f"{present}); check `splits:` in the dataset config")
     lab = np.asarray(labels, dtype=np.int64)
-    extra = {"boxes": boxes} if len(boxes) == len(ids) else {}
+    extra: dict = {"boxes": boxes} if len(boxes) == len(ids) else {}
+    names = sorted({n for sub in img_subsets + cap_subsets for n in sub})
+    if names:
+        extra["subsets"] = {n: {"images": np.asarray([n in sub for sub in img_subsets]),
+                                "captions": np.asarray([n in sub for sub in cap_subsets])} for n in names}
     return CaptionedSplit(
         name=cfg["name"],
         split=split,

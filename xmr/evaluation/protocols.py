@@ -83,7 +83,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
                   rerank_params: Mapping[str, Any] | None = None, *, ties: str = "pessimistic",
                   image_labels=None, caption_labels=None, rerank_defaults: str | None = None,
                   device: str | torch.device | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                  timing: bool = False) -> dict[str, Any]:
+                  timing: bool = False, subsets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
     Returns ``{"i2t": {r1, r5, r10, medr, meanr}, "t2i": {...}, "rsum", "protocol", "ties", "rerank",
@@ -95,6 +95,10 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     ``rerank`` names a re-ranker (:mod:`xmr.rerank`); ``rerank_params`` override the defaults of the
     ``rerank_defaults`` dataset row (default: the protocol's dataset, e.g. coco for coco1k/coco5k).
     ``timing=True`` adds ``"timing_s"`` (re-rank preparation and ranking wall times).
+
+    ``subsets`` (``{name: {"images": bool (N,), "captions": bool (M,)}}``, e.g. a split's ``extra['subsets']``)
+    adds ``"subsets": {name: {"i2t", "t2i", "rsum", "n_images", "n_captions"}}``: the same ranks (whole gallery,
+    same re-ranking) averaged over the subset's image queries and caption queries only.
     """
     p = get_protocol(protocol)
     check_ties(ties)
@@ -129,6 +133,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     else:
         _check_shape(p, n, m, c)
         head["captions_per_image"] = c
+        masks = _subset_masks(subsets, n, m)
         folds = []
         for rows, cols in _fold_slices(p, n, m):
             sc = rescoring(a[rows, cols], rows, cols, c)
@@ -136,13 +141,39 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
             ranks_i2t, ranks_t2i = grouped_ranks(sc, c, ties)
             i2t, t2i = recall_metrics(ranks_i2t), recall_metrics(ranks_t2i)
             clock["ranking"] += time.perf_counter() - t0
-            folds.append({"i2t": i2t, "t2i": t2i, "rsum": rsum(i2t, t2i)})
+            fold = {"i2t": i2t, "t2i": t2i, "rsum": rsum(i2t, t2i)}
+            if masks:
+                fold["subsets"] = {name: _subset_metrics(ranks_i2t, ranks_t2i, im[rows], cm[cols])
+                                   for name, (im, cm) in masks.items()}
+            folds.append(fold)
         result = {**head, **(mean_of(folds) if p.folds > 1 else folds[0])}
         if p.folds > 1:
             result["folds"] = folds
     if timing:
         result["timing_s"] = clock
     return result
+
+
+def _subset_masks(subsets: Mapping[str, Mapping[str, Any]] | None, n: int,
+                  m: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for name, sub in (subsets or {}).items():
+        im = np.asarray(sub.get("images", np.zeros(n, bool)), dtype=bool).reshape(-1)
+        cm = np.asarray(sub.get("captions", np.zeros(m, bool)), dtype=bool).reshape(-1)
+        if im.shape != (n,) or cm.shape != (m,):
+            raise XmrError(f"subset {name!r}: masks of {im.size} images / {cm.size} captions for a {n} x {m} matrix")
+        if not im.any() and not cm.any():
+            raise XmrError(f"subset {name!r} is empty")
+        out[name] = (im, cm)
+    return out
+
+
+def _subset_metrics(ranks_i2t: np.ndarray, ranks_t2i: np.ndarray, im: np.ndarray, cm: np.ndarray) -> dict:
+    """Recalls over a subset's queries; a direction with no query in the subset reports NaN (and so does RSUM)."""
+    nan = {k: float("nan") for k in ("r1", "r5", "r10", "medr", "meanr")}
+    i2t = recall_metrics(ranks_i2t[im]) if im.any() else nan
+    t2i = recall_metrics(ranks_t2i[cm]) if cm.any() else nan
+    return {"i2t": i2t, "t2i": t2i, "rsum": rsum(i2t, t2i), "n_images": int(im.sum()), "n_captions": int(cm.sum())}
 
 
 def _evaluate_classes(a: torch.Tensor, image_labels, caption_labels, c: int, ties: str, rescoring,

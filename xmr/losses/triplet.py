@@ -1,8 +1,24 @@
-"""Bidirectional hinge (triplet) ranking loss of VSE++: hardest negative (``max_violation``) or sum of hinges."""
+"""Bidirectional hinge (triplet) ranking loss of VSE++: hardest negative (``max_violation``) or sum of hinges.
+
+Reductions (``loss.reduction``), per direction (image->text, text->image), then the two added:
+
+- ``sum``: the sum over anchors (VSE++, VSE∞, DVSE);
+- ``mean``: the sum divided by the batch size B (the mean over anchors);
+- ``mean_pairs``: PVSE's ``loss.mean()`` of the hinge tensor: with summed hinges the mean over all B x B
+  entries, the zeroed positives included (yalesong/pvse ``PVSELoss.triplet_ranking_loss``); with the hardest
+  negative the mean over the B anchors;
+- ``mean_negatives``: DivE's ``loss.mean()`` over the B x (B - 1) (anchor, negative) hinges (kdwonn/DivE
+  ``AsymmetricTripletLoss``: positives are cut out before the mean); with the hardest negative the mean over anchors.
+
+With the hardest negative the three means coincide; with summed hinges they differ by a factor B or B - 1,
+which is a factor on the effective learning rate.
+"""
 
 from __future__ import annotations
 
 import torch
+
+REDUCTIONS = ("sum", "mean", "mean_pairs", "mean_negatives")
 
 
 def triplet_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margin: float = 0.2,
@@ -10,9 +26,10 @@ def triplet_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margi
     """``sims[i, j]`` = s(image i, caption j) for a batch of matching pairs on the diagonal.
 
     ``pos_mask[i, j]`` marks other true pairs (captions of the same image) so they are not used as negatives
-    (the reference code uses only the diagonal). Returns the sum (VSE++) or mean over anchors of
-    image->text and text->image hinges.
+    (the reference code uses only the diagonal; the ``mean_*`` denominators stay the reference's).
     """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"loss.reduction: {reduction!r} is not one of {', '.join(REDUCTIONS)}")
     b = sims.shape[0]
     diag = sims.diagonal()
     if pos_mask is None:
@@ -22,4 +39,8 @@ def triplet_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margi
     if max_violation:
         cost_cap, cost_img = cost_cap.max(1).values, cost_img.max(0).values
     total = cost_cap.sum() + cost_img.sum()
-    return total / b if reduction == "mean" else total
+    if reduction == "sum":
+        return total
+    if reduction == "mean" or max_violation:
+        return total / b
+    return total / (b * b) if reduction == "mean_pairs" else total / (b * max(b - 1, 1))

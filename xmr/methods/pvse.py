@@ -49,7 +49,8 @@ class PVSE(RetrievalModel):
                 "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
                                   "description": "sum of hinges before this epoch, then the hardest negative "
                                                  "(VSE∞'s vse_mean_warmup_epochs; the PVSE code has none)"},
-                "reduction": {"enum": ["sum", "mean"], "default": "mean"},
+                "reduction": {"enum": ["sum", "mean", "mean_pairs"], "default": "mean_pairs",
+                              "description": "PVSE code: mean over all B x B hinge entries (zeroed positives included), or over anchors with the hardest negative (xmr/losses/triplet.py)"},
                 "similarity": {"enum": TRAIN_SIMILARITIES, "default": "max",
                                "description": "set similarity inside the triplet loss (max = MIL)"},
                 "div_weight": {"type": "number", "minimum": 0, "default": 0.1},

@@ -1,0 +1,107 @@
+"""synth v2: caption truth, the false-negative statistic (v2 low, v1 high), the ambiguous subset, determinism."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xmr.data.synth import caption_true_of, cell_of, generate_synth, relation_of, synth_stats
+
+W = 120  # image side for the hand-made scenes: cells are [0, 40), [40, 80), [80, 120)
+
+
+def obj(shape, colour, size, cx, cy, r=10):
+    return {"shape": shape, "colour": colour, "size": size, "box": [cx - r, cy - r, cx + r, cy + r]}
+
+
+SCENE = [obj("circle", "red", "small", 20, 20), obj("square", "blue", "large", 100, 30),
+         obj("star", "green", "small", 60, 100)]
+
+
+def test_cells_and_relations_by_hand():
+    assert cell_of(20, 20, W) == "top left" and cell_of(100, 30, W) == "top right"
+    assert cell_of(60, 100, W) == "bottom" and cell_of(60, 60, W) == "centre"
+    # red circle (20, 20) vs blue square (100, 30): |dx| = 80 > |dy| = 10, circle has the smaller x => left of
+    assert relation_of((20, 20), (100, 30)) == "to the left of"
+    assert relation_of((100, 30), (20, 20)) == "to the right of"
+    # green star (60, 100) vs red circle (20, 20): |dy| = 80 > |dx| = 40, the star is lower => below
+    assert relation_of((60, 100), (20, 20)) == "below"
+
+
+def test_caption_truth_needs_every_object_attribute_and_relation():
+    circle_left_of_square = {"objects": [{"shape": "circle", "colour": "red", "size": "small"},
+                                         {"shape": "square", "colour": "blue", "size": "large"}],
+                             "relations": [[0, "to the left of", 1]]}
+    assert caption_true_of(circle_left_of_square, SCENE, W)
+    swapped = dict(circle_left_of_square, relations=[[0, "to the right of", 1]])
+    assert not caption_true_of(swapped, SCENE, W)
+    wrong_size = {"objects": [{"shape": "circle", "colour": "red", "size": "large"}], "relations": []}
+    assert not caption_true_of(wrong_size, SCENE, W)
+    triple = {"objects": [{"shape": "star", "colour": "green"}, {"shape": "circle", "colour": "red"},
+                          {"shape": "square", "colour": "blue"}], "relations": []}
+    assert caption_true_of(triple, SCENE, W)
+    missing = {"objects": [{"shape": "star", "colour": "green"}, {"shape": "ring", "colour": "red"}], "relations": []}
+    assert not caption_true_of(missing, SCENE, W)
+    # one object named twice needs two distinct objects
+    twice = {"objects": [{"shape": "circle", "colour": "red"}, {"shape": "circle", "colour": "red"}], "relations": []}
+    assert not caption_true_of(twice, SCENE, W)
+    single = {"objects": [{"shape": "star", "colour": "green", "size": "small", "where": "bottom"}],
+              "relations": [], "count": 3}
+    assert caption_true_of(single, SCENE, W)
+    assert not caption_true_of(dict(single, count=4), SCENE, W)
+    assert not caption_true_of({**single, "objects": [{**single["objects"][0], "where": "centre"}]}, SCENE, W)
+
+
+@pytest.fixture(scope="module")
+def two_styles(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synth_styles")
+    kw = dict(n_train=260, n_val=2, n_test=40, image_size=64, progress=False)
+    return {"v2": generate_synth(root / "v2", style="v2", min_objects=3, max_objects=5, **kw),
+            "v1": generate_synth(root / "v1", style="v1", **kw)}
+
+
+def test_v2_captions_are_specific_and_v1_captions_are_not(two_styles):
+    v2 = synth_stats(two_styles["v2"], batches=15)
+    v1 = synth_stats(two_styles["v1"], batches=15)
+    assert v2["style"] == "v2" and v1["style"] == "v1"
+    assert v2["false_negative_rate_b128"] < 0.05
+    assert v1["false_negative_rate_b128"] > 0.5  # the README measured 98.5 % on the full v1 set
+    assert 3 <= v2["objects_per_image"]["min"] and v2["objects_per_image"]["max"] <= 5
+    assert v2["vocabulary_size"] > 30 and v2["caption_length"]["min"] >= 5
+
+
+def test_ambiguous_subset_is_small_objects_in_crowded_scenes(two_styles):
+    doc = json.loads(two_styles["v2"].read_text())
+    flagged_images = flagged_captions = 0
+    for im in doc["images"]:
+        crowded = len(im["objects"]) >= 5
+        assert ("ambiguous" in im.get("subsets", [])) == crowded
+        flagged_images += crowded
+        for s in im["sentences"]:
+            if "ambiguous" in s.get("subsets", []):
+                flagged_captions += 1
+                sem = s["semantics"]
+                assert crowded and len(sem["objects"]) == 1 and sem["objects"][0]["size"] == "small"
+                assert caption_true_of(sem, im["objects"], doc["image_size"])  # true of its own image
+            assert caption_true_of(s["semantics"], im["objects"], doc["image_size"])
+    assert flagged_images > 0 and flagged_captions > 0
+
+
+def test_generation_is_deterministic(tmp_path):
+    a = generate_synth(tmp_path / "a", n_train=5, n_val=1, n_test=1, image_size=64, progress=False)
+    b = generate_synth(tmp_path / "b", n_train=5, n_val=1, n_test=1, image_size=64, progress=False)
+    assert a.read_text() == b.read_text()
+    assert (a.parent / "images" / "synth_000003.png").read_bytes() == (b.parent / "images" / "synth_000003.png").read_bytes()
+
+
+def test_stats_cli_prints_json_and_names_a_missing_file(two_styles, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "xmr", "synth", "--stats", str(two_styles["v2"]), "--batches", "3"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    for key in ("false_negative_rate_b128", "caption_length", "vocabulary_size", "objects_per_image", "splits"):
+        assert key in stats
+    bad = subprocess.run([sys.executable, "-m", "xmr", "synth", "--stats", str(tmp_path / "none.json")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "none.json: not found" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,392 @@
+"""The seeded benchmark: ``config/benchmark/{name}.yaml`` (schema ``xmr/schemas/benchmark.schema.yaml``).
+
+Every variant (a recipe plus overrides) is trained once per seed into ``runs/{dataset}/bench/{name}/{variant}/s{seed}/``
+and evaluated once, plain and with every re-ranker of the file, into
+``results/{dataset}/bench/{name}/{variant}/s{seed}.json`` (:func:`xmr.results.evaluate_run_many`). Then
+:func:`write_benchmark` gathers them into ``results/{dataset}/{name}.{md,csv,json,png}`` (mean ± std over seeds, on
+the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries) and
+``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
+
+Verdicts: *holds* when the claimed-better side is higher by more than two standard errors of the difference,
+*does not hold* when it is lower by more than two, *inconclusive* otherwise. Two sides that are the same trained
+models (e.g. a variant with and without a re-ranker) are compared seed by seed (paired); other sides as two
+independent samples (Welch's standard error).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.errors import XmrError
+
+PLAIN = "none"
+ALL = "all"  # the whole test split (not a subset)
+METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
+
+
+@dataclass
+class Benchmark:
+    name: str
+    path: Path
+    dataset: str
+    seeds: list[int]
+    rerank: list[str]
+    variants: dict[str, dict[str, Any]]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    config_dir: Path = Path("config")
+
+    def check_variant(self, variant: str) -> None:
+        if variant not in self.variants:
+            raise XmrError(f"{self.path}: no variant {variant!r}; variants: {', '.join(self.variants)}")
+
+    def recipe_path(self, variant: str) -> Path:
+        self.check_variant(variant)
+        return self.config_dir / "recipes" / self.dataset / f"{self.variants[variant]['recipe']}.yaml"
+
+    def run_dir(self, variant: str, seed: int, runs_root: str | os.PathLike = "runs") -> Path:
+        self.check_variant(variant)
+        return Path(runs_root) / self.dataset / "bench" / self.name / variant / f"s{seed}"
+
+    def result_path(self, variant: str, seed: int, results_root: str | os.PathLike = "results") -> Path:
+        self.check_variant(variant)
+        return Path(results_root) / self.dataset / "bench" / self.name / variant / f"s{seed}.json"
+
+    def results(self, results_root: str | os.PathLike = "results") -> list[Path]:
+        return [self.result_path(v, s, results_root) for v in self.variants for s in self.seeds]
+
+    def overrides_of(self, variant: str) -> dict[str, Any]:
+        self.check_variant(variant)
+        return {**self.overrides, **(self.variants[variant].get("set") or {})}
+
+    def train_overrides(self, variant: str, seed: int) -> list[str]:
+        """``--set`` strings for ``xmr train --config {recipe}``: common and variant overrides, the seed, the name."""
+        import json
+
+        if seed not in self.seeds:
+            raise XmrError(f"{self.path}: seed {seed} is not in seeds {self.seeds}")
+        over = {**self.overrides_of(variant), "train.seed": seed, "name": f"{self.name}.{variant}.s{seed}"}
+        return [f"{k}={json.dumps(v)}" for k, v in over.items()]
+
+    def run_config(self, variant: str, seed: int) -> dict:
+        from xmr.config import load_run_config
+
+        return load_run_config(self.recipe_path(variant), self.train_overrides(variant, seed))
+
+    def label(self, variant: str) -> str:
+        v = self.variants[variant]
+        if v.get("label"):
+            return v["label"]
+        over = v.get("set") or {}
+        return v["recipe"] + (" (" + ", ".join(f"{k}={val}" for k, val in over.items()) + ")" if over else "")
+
+
+def benchmark_path(name_or_path: str | os.PathLike, config_dir: str | os.PathLike = "config") -> Path:
+    p = Path(name_or_path)
+    return p if p.suffix in (".yaml", ".yml") else Path(config_dir) / "benchmark" / f"{name_or_path}.yaml"
+
+
+def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLike | None = None) -> Benchmark:
+    """Load and validate a benchmark file; its recipes must exist and its claims must name its variants."""
+    from xmr.config import load_yaml, validate
+    from xmr.rerank import RERANKERS
+
+    path = benchmark_path(name_or_path, config_dir or "config")
+    if config_dir is None:
+        config_dir = path.parent.parent if path.parent.name == "benchmark" else Path("config")
+    doc = load_yaml(path)
+    src = str(path)
+    validate(doc, "benchmark", src)
+    if doc["name"] != path.stem:
+        raise XmrError(f"{src}: name: {doc['name']!r} must equal the file name {path.stem!r}")
+    known = list(RERANKERS.names())
+    for r in doc["rerank"]:
+        if r != PLAIN and r not in known:
+            raise XmrError(f"{src}: rerank: unknown re-ranker {r!r}; choose from {PLAIN}, {', '.join(known)}")
+    bench = Benchmark(doc["name"], path, doc["dataset"], list(doc["seeds"]), list(doc["rerank"]),
+                      dict(doc["variants"]), dict(doc.get("overrides") or {}), list(doc.get("claims") or []),
+                      Path(config_dir))
+    for v in bench.variants:
+        if not bench.recipe_path(v).exists():
+            raise XmrError(f"{src}: variants.{v}.recipe: no recipe {bench.recipe_path(v)}")
+    for i, c in enumerate(bench.claims):
+        for side in ("better", "worse"):
+            variant, rerank = _side(c[side])
+            if variant not in bench.variants:
+                raise XmrError(f"{src}: claims[{i}].{side}: no variant {variant!r}")
+            if rerank not in bench.rerank:
+                raise XmrError(f"{src}: claims[{i}].{side}: re-ranker {rerank!r} is not in rerank {bench.rerank}")
+    return bench
+
+
+def _side(spec: str) -> tuple[str, str]:
+    variant, _, rerank = spec.partition(":")
+    return variant, rerank or PLAIN
+
+
+# ------------------------------------------------------------------------------------------- gathering results
+def flat_metrics(result: dict) -> dict[str, dict[str, float]]:
+    """``{subset: {metric: value}}`` of one evaluation (``all`` = the whole test split)."""
+    def flat(d: dict) -> dict[str, float]:
+        return {f"{k}_r{r}": float(d[k][f"r{r}"]) for k in ("i2t", "t2i") for r in (1, 5, 10)} | \
+            {"rsum": float(d["rsum"])}
+
+    out = {ALL: flat(result)}
+    for name, sub in (result.get("subsets") or {}).items():
+        out[name] = flat(sub)
+    return out
+
+
+def gather(bench: Benchmark, results_root: str | os.PathLike = "results", strict: bool = True) -> list[dict]:
+    """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files."""
+    from xmr.io import read_json
+
+    records = []
+    missing = []
+    for variant in bench.variants:
+        for seed in bench.seeds:
+            p = bench.result_path(variant, seed, results_root)
+            if not p.exists():
+                missing.append(str(p))
+                continue
+            doc = read_json(p)
+            for rerank in bench.rerank:
+                if rerank not in doc["by_rerank"]:
+                    raise XmrError(f"{p}: no evaluation with re-ranker {rerank!r}; re-run its evaluation")
+                for subset, metrics in flat_metrics(doc["by_rerank"][rerank]).items():
+                    records.append({"variant": variant, "seed": seed, "rerank": rerank, "subset": subset, **metrics})
+    if missing and strict:
+        raise XmrError(f"{len(missing)} benchmark results missing, e.g. {missing[0]}; build them with "
+                       f"`snakemake -c2 results/{bench.dataset}/{bench.name}.md`")
+    return records
+
+
+def _values(records: list[dict], variant: str, rerank: str, subset: str, metric: str) -> dict[int, float]:
+    return {r["seed"]: r[metric] for r in records
+            if r["variant"] == variant and r["rerank"] == rerank and r["subset"] == subset}
+
+
+def mean_std(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1; NaN for one value)."""
+    v = np.asarray(list(values), dtype=np.float64)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
+
+
+def compare(better: dict[int, float], worse: dict[int, float], paired: bool) -> dict[str, float]:
+    """Difference of means and its standard error: paired over common seeds, else Welch's."""
+    if paired:
+        seeds = sorted(set(better) & set(worse))
+        d = np.asarray([better[s] - worse[s] for s in seeds])
+        diff = float(d.mean())
+        se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("nan")
+        return {"diff": diff, "se": se, "n": int(d.size)}
+    b, w = np.asarray(list(better.values())), np.asarray(list(worse.values()))
+    diff = float(b.mean() - w.mean())
+    se = float(math.sqrt(b.var(ddof=1) / b.size + w.var(ddof=1) / w.size)) if min(b.size, w.size) > 1 \
+        else float("nan")
+    return {"diff": diff, "se": se, "n": int(min(b.size, w.size))}
+
+
+def verdict(diff: float, se: float) -> str:
+    if not math.isfinite(se):
+        return "inconclusive"
+    if se == 0:  # identical seeds on both sides: any difference is exact
+        return "holds" if diff > 0 else "does not hold" if diff < 0 else "inconclusive"
+    if diff > 2 * se:
+        return "holds"
+    if diff < -2 * se:
+        return "does not hold"
+    return "inconclusive"
+
+
+def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
+    rows = []
+    for c in bench.claims:
+        bv, br = _side(c["better"])
+        wv, wr = _side(c["worse"])
+        subset, metric = c.get("subset", ALL), c.get("metric", "rsum")
+        b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
+        if not b or not w:
+            raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
+                           f"define that evaluation subset?")
+        cmp = compare(b, w, paired=bv == wv)
+        (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
+        rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
+                     "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
+                     "worse_std": ws, **cmp, "paired": bv == wv, "verdict": verdict(cmp["diff"], cmp["se"])})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------- writing
+def _pm(m: float, s: float, digits: int = 1) -> str:
+    if not math.isfinite(m):
+        return "–"
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if math.isfinite(s) else f"{m:.{digits}f}"
+
+
+def summary_rows(bench: Benchmark, records: list[dict]) -> list[dict]:
+    """Mean and std over seeds of every metric, per (variant, re-ranker, subset)."""
+    rows = []
+    subsets = list(dict.fromkeys(r["subset"] for r in records))
+    for variant in bench.variants:
+        for rerank in bench.rerank:
+            for subset in subsets:
+                row = {"variant": variant, "label": bench.label(variant), "rerank": rerank, "subset": subset}
+                for m in METRICS:
+                    vals = _values(records, variant, rerank, subset, m)
+                    if not vals:
+                        break
+                    row[f"{m}_mean"], row[f"{m}_std"] = mean_std(vals.values())
+                    row["seeds"] = len(vals)
+                else:
+                    rows.append(row)
+    return rows
+
+
+def timing(bench: Benchmark, runs_root: str | os.PathLike = "runs",
+           results_root: str | os.PathLike = "results") -> dict[str, float]:
+    """Training minutes summed over runs (their train.json) and the wall span from the first run's start (its
+    config.yaml) to the last results file."""
+    from xmr.io import read_json
+
+    train_s, starts, ends = 0.0, [], []
+    for v in bench.variants:
+        for s in bench.seeds:
+            run = bench.run_dir(v, s, runs_root)
+            if (run / "train.json").exists():
+                train_s += float(read_json(run / "train.json").get("train_seconds") or 0.0)
+            if (run / "config.yaml").exists():
+                starts.append((run / "config.yaml").stat().st_mtime)
+            res = bench.result_path(v, s, results_root)
+            if res.exists():
+                ends.append(res.stat().st_mtime)
+    wall = (max(ends) - min(starts)) if starts and ends else float("nan")
+    return {"train_minutes_sum": train_s / 60, "wall_minutes": wall / 60, "runs": len(starts)}
+
+
+def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict) -> str:
+    out = io.StringIO()
+    n = len(bench.seeds)
+    subsets = list(dict.fromkeys(r["subset"] for r in rows))
+    heads = ["i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM"]
+    for subset in subsets:
+        title = "whole test split" if subset == ALL else f"subset `{subset}`"
+        out.write(f"**{bench.dataset} test, {title}, no re-ranking** (mean ± std over {n} seeds)\n\n")
+        out.write("| variant | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads) + "\n")
+        for r in rows:
+            if r["subset"] == subset and r["rerank"] == PLAIN:
+                out.write(f"| {r['variant']} | " + " | ".join(_pm(r[f'{m}_mean'], r[f'{m}_std']) for m in METRICS)
+                          + " |\n")
+        out.write("\n")
+    others = [x for x in bench.rerank if x != PLAIN]
+    if others:
+        for subset in subsets:
+            title = "whole test split" if subset == ALL else f"subset `{subset}`"
+            out.write(f"**RSUM with each re-ranker, {title}** (mean ± std over {n} seeds)\n\n")
+            out.write("| variant | none | " + " | ".join(others) + " |\n|---|" + "---|" * (len(others) + 1) + "\n")
+            for v in bench.variants:
+                cells = []
+                for rr in [PLAIN] + others:
+                    hit = [r for r in rows if r["variant"] == v and r["rerank"] == rr and r["subset"] == subset]
+                    cells.append(_pm(hit[0]["rsum_mean"], hit[0]["rsum_std"]) if hit else "–")
+                out.write(f"| {v} | " + " | ".join(cells) + " |\n")
+            out.write("\n")
+    out.write("Variants: " + "; ".join(f"`{v}` = {bench.label(v)}" for v in bench.variants) + ".\n\n")
+    out.write(f"{times['runs']} trainings ({len(bench.variants)} variants × {n} seeds); "
+              f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
+              f"last evaluation {times['wall_minutes']:.1f} min.\n")
+    return out.getvalue()
+
+
+def claims_markdown(claims: list[dict], n_seeds: int) -> str:
+    out = io.StringIO()
+    out.write(f"| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | verdict |\n"
+              f"|---|---|---|---|---|---|---|---|\n")
+    for c in claims:
+        metric = "" if c["metric"] == "rsum" else f" ({c['metric']})"
+        out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
+                  f"{_pm(c['better_mean'], c['better_std'])} | {_pm(c['worse_mean'], c['worse_std'])} | "
+                  f"{c['diff']:+.1f} ± {c['se']:.1f}{' (paired)' if c['paired'] else ''} | **{c['verdict']}** |\n")
+    out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference (paired over seeds when "
+              f"both sides are the same models, else Welch's). *holds*: difference > 2 SE; *does not hold*: "
+              f"< −2 SE; else *inconclusive*.\n")
+    return out.getvalue()
+
+
+def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLike) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    subsets = list(dict.fromkeys(r["subset"] for r in rows))
+    fig, axes = plt.subplots(1, len(subsets), figsize=(6 * len(subsets), 4.2), squeeze=False)
+    names = list(bench.variants)
+    shown = [x for x in (PLAIN, "fr") if x in bench.rerank]
+    width = 0.8 / len(shown)
+    for ax, subset in zip(axes[0], subsets):
+        for k, rr in enumerate(shown):
+            means, stds = [], []
+            for v in names:
+                hit = [r for r in rows if r["variant"] == v and r["rerank"] == rr and r["subset"] == subset]
+                means.append(hit[0]["rsum_mean"] if hit else np.nan)
+                stds.append(hit[0]["rsum_std"] if hit else 0.0)
+            x = np.arange(len(names)) + (k - (len(shown) - 1) / 2) * width
+            ax.bar(x, means, width, yerr=np.nan_to_num(stds), capsize=3, label="plain" if rr == PLAIN else rr)
+        ax.set_xticks(np.arange(len(names)))
+        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
+        ax.set_ylabel("RSUM (mean ± std over seeds)")
+        ax.set_title(f"{bench.dataset}: {'whole test split' if subset == ALL else subset}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, results_root: str | os.PathLike = "results",
+                    runs_root: str | os.PathLike = "runs") -> dict[str, Path]:
+    """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths."""
+    from xmr.io import atomic_path, write_json
+
+    out = Path(out_dir or Path(results_root) / bench.dataset)
+    out.mkdir(parents=True, exist_ok=True)
+    records = gather(bench, results_root)
+    rows = summary_rows(bench, records)
+    claims = judge_claims(bench, records)
+    times = timing(bench, runs_root, results_root)
+    paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
+             (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
+              ("claims_csv", "_claims.csv"))}
+    for key, text in (("md", benchmark_markdown(bench, rows, claims, times)),
+                      ("claims_md", claims_markdown(claims, len(bench.seeds))),
+                      ("csv", _csv(records)), ("claims_csv", _csv(claims))):
+        with atomic_path(paths[key], ".tmp") as tmp:
+            tmp.write_text(text)
+    write_json(paths["json"], {"benchmark": bench.name, "dataset": bench.dataset, "seeds": bench.seeds,
+                               "summary": rows, "claims": claims, "timing": times})
+    with atomic_path(paths["png"], ".png") as tmp:
+        plot_benchmark(bench, rows, tmp)
+    return paths
+
+
+def _csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    if rows:
+        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return out.getvalue()
+
+
+__all__ = ["Benchmark", "load_benchmark", "benchmark_path", "gather", "summary_rows", "judge_claims", "compare",
+           "verdict", "mean_std", "write_benchmark", "flat_metrics"]

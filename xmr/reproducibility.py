@@ -1,0 +1,26 @@
+"""Process-level settings that make CPU results portable across machines (imports nothing heavy: it must run
+before torch is imported)."""
+
+from __future__ import annotations
+
+import os
+
+#: instruction-set pins that make CPU results the same on every x86-64 machine with AVX2 (see portable_cpu_numerics)
+PORTABLE_CPU_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def portable_cpu_numerics(environ: dict | None = None) -> dict[str, str]:
+    """Pin torch's CPU kernels to AVX2 before torch is imported, so a run gives the same numbers on every x86-64
+    CPU with AVX2 (an AVX-512 machine otherwise picks other kernels, with another reduction order, in ATen's
+    vectorised ops, MKL's GEMM and oneDNN's convolutions). Each variable is only set when unset; ``XMR_NATIVE_CPU=1``
+    leaves all three alone (the machine's fastest kernels, results tied to its instruction set). Returns what was set.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("XMR_NATIVE_CPU", "0") not in ("", "0"):
+        return {}
+    done = {}
+    for k, v in PORTABLE_CPU_ENV.items():
+        if k not in env:
+            env[k] = v
+            done[k] = v
+    return done
