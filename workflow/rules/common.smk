@@ -3,6 +3,7 @@ import sys
 from snakemake.utils import min_version, validate
 
 from xmr.models.text_precomputed import recipe_text_feature_files
+from xmr.doctor import workflow_preflight
 from xmr.workflow import parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
 
 min_version("9.0")
@@ -35,6 +36,8 @@ def res(kind, key):
 
 
 def target_recipe(wc):
+    # preflight (`xmr doctor`): a real dataset's target reports what is missing when it is first planned
+    workflow_preflight(workflow, wc.dataset, wc.target)
     return parse_target(wc.dataset, wc.target)[0]
 
 
