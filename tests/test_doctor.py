@@ -107,3 +107,21 @@ def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
     # a check that cannot run is reported, never raised (Snakemake must still plan)
     assert preflight_targets(["results/coco/nosuchrecipe.json"], CONFIG, buf) == 0
     assert "xmr doctor coco: could not check (no recipe for results/coco/nosuchrecipe.json" in buf.getvalue()
+
+
+def test_val_test_extraction_asks_for_less_than_train():
+    import yaml
+
+    from xmr.workflow import job_resource
+
+    res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
+    d = res["default"]
+    assert job_resource(res, "extract", "runtime", "coco", "train") == d["extract"]["runtime"] == 720
+    assert job_resource(res, "extract", "runtime", "coco", "test") == d["extract_eval"]["runtime"] == 120
+    assert job_resource(res, "extract", "mem_mb", "coco", "val") == 16000 < d["extract"]["mem_mb"]
+    # a dataset with its own `extract` (synth: CPU only) keeps it for every split, never the GPU default
+    assert job_resource(res, "extract", "gpu", "synth", "test") == res["synth"]["extract"]["gpu"] == 0
+    assert job_resource(res, "train", "runtime", "coco", "") == d["train"]["runtime"]
+    # without extract_eval anywhere, val/test fall back to extract
+    no_eval = {"default": {k: v for k, v in d.items() if k != "extract_eval"}}
+    assert job_resource(no_eval, "extract", "runtime", "coco", "test") == 720
