@@ -163,7 +163,8 @@ def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir:
             if ims.exists() and ims.with_name(f"{src}_caps.txt").exists():
                 rep.add(f"features {split}", h5, True, note=f"imported from {ims} by rule import_scan", by_rule=True)
                 continue
-        rep.add(f"features {split}", h5, True, note="made by the extract rule, which needs what follows", by_rule=True)
+        rep.add(f"features {split}", h5, True, note="made by the extract rule, which needs what follows",
+                by_rule=True)
         extract_splits.append(split)
     if extract_splits:
         _check_dataset(rep, ds, need_images=True)

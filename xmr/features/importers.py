@@ -92,10 +92,11 @@ def _check_repeated_rows(files, arr: np.ndarray, lo: int, hi: int) -> None:
         first = np.asarray(arr[group[0]])
         for r in group[1:]:
             if not np.array_equal(np.asarray(arr[r]), first, equal_nan=True):
-                ids = f" ({files.ids_path.name} lines {group[0] + 1} and {r + 1})" if files.ids_path else ""
+                where = files.ids_path.name if files.ids_path else "the row order"
+                ids = f" ({where} lines {group[0] + 1} and {r + 1})" if files.ids_path else ""
                 raise XmrError(f"{files.ims_path}: rows {group[0]} and {r} hold different features for image "
                                f"{files.image_ids[k]}{ids}; a one-row-per-caption file must repeat each "
-                               f"image's features exactly (is {files.ids_path.name if files.ids_path else 'the row order'} right?)")
+                               f"image's features exactly (is {where} right?)")
 
 
 def _import_scan(files, src_split: str, out: str | os.PathLike, split: CaptionedSplit | None, dtype: str,
