@@ -123,6 +123,17 @@ def _check_dataset(rep: Report, ds: dict, need_images: bool) -> None:
                else f"{ds.get('obtain', 'see docs/datasets.md')}; or set `source:` in config/datasets/{name}.yaml "
                     f"to a shared copy laid out like {ds['root']}/")
         rep.add("annotation file", ann, Path(ann).exists(), fix)
+    text_dir = (ds.get("extra") or {}).get("text_dir")
+    if text_dir:  # CUB: Reed et al.'s captions live apart from the images
+        rep.add("captions folder", text_dir, Path(text_dir).is_dir(),
+                f"{ds.get('obtain', 'see docs/datasets.md')} (extra.text_dir in config/datasets/{name}.yaml)")
+    if ds.get("format") == "cub":
+        from xmr.data.cub import resolve_split_settings
+
+        _, rule = resolve_split_settings(ds)
+        rep.add("CUB split rule", rule.split(":")[0], True, note=rule.split(": ", 1)[1] + (
+            "; PCME's testclasses.txt, trainvalclasses.txt, seen_test_images.txt in the dataset root are followed "
+            "when present" if not rule.startswith("split files") else ""))
     if need_images and ds.get("images"):
         images = Path(ds["images"])
         ok = images.is_dir() and any(images.iterdir())
