@@ -159,3 +159,39 @@ def test_empty_split_names_the_files_to_provide(tmp_path):
                                        r"fallback rule.*put PCME's split files testclasses\.txt, trainvalclasses\.txt, "
                                        r"seen_test_images\.txt \(naver-ai/pcme datasets/annotations/cub/\) in "):
         load_split(cfg, "val")
+
+
+def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
+    """The trainer copies a split's ``extra['run_tags']`` (CUB: ``split_rule``) into the tracking run's tags."""
+    import contextlib
+
+    import xmr.train.trainer as trainer
+    from xmr.config import load_run_config
+
+    real = trainer.load_split_images
+
+    def tagged(cfg, split, train=False):
+        data, feats = real(cfg, split, train)
+        data.extra["run_tags"] = {"split_rule": "split files: test_classes=x"}
+        return data, feats
+
+    seen = {}
+
+    class RecordingTracker:
+        run_id = None
+
+        def __init__(self, enabled=True):
+            pass
+
+        @contextlib.contextmanager
+        def run(self, experiment, run_name, run_id=None, tags=None, parent_run_id=None):
+            seen.update(tags or {})
+            yield self
+
+        def __getattr__(self, name):  # log_params, log_metrics, ...: nothing to record here
+            return lambda *a, **k: None
+
+    monkeypatch.setattr(trainer, "load_split_images", tagged)
+    monkeypatch.setattr(trainer, "Tracker", RecordingTracker)
+    trainer.train(load_run_config(tiny_synth.recipe("vsepp", train={"epochs": 1})), tmp_path / "run", progress=False)
+    assert seen["split_rule"] == "split files: test_classes=x" and seen["method"] == "vsepp"
