@@ -105,3 +105,93 @@ def test_malformed_cub_files_name_file_and_line(tmp_path):
         load_split({**cfg, "extra": {**cfg["extra"], "heldout_images": str(tmp_path / "seen.txt")}}, "test")
     with pytest.raises(XmrError, match="CUB source split 'dev'"):
         load_split({**cfg, "splits": {"val": ["dev"]}}, "val")
+
+
+def _auto(cfg):
+    """The shipped config/datasets/cub.yaml reading: split settings `auto`, split files looked up in root."""
+    for key in ("test_classes", "trainval_classes", "heldout_images"):
+        cfg["extra"][key] = "auto"
+    return cfg
+
+
+def test_pcme_split_files_are_followed_by_default(tmp_path, capsys):
+    import xmr.data.cub as cub
+
+    cub._announced.clear()
+    cfg = _auto(_make_cub(tmp_path)[0])
+    split_dir = tmp_path / "cub"  # the dataset root, as PCME's datasets/annotations/cub/ files are copied there
+    (split_dir / "trainvalclasses.txt").write_text("001.Black_footed_Albatross\n002.Laysan_Albatross\n")
+    (split_dir / "testclasses.txt").write_text("004.Groove_billed_Ani\n012.Yellow_headed_Blackbird\n")
+    (split_dir / "seen_test_images.txt").write_text("002.Laysan_Albatross/Laysan_Albatross_0001_7.jpg\n"
+                                                    "004.Groove_billed_Ani/Groove_billed_Ani_0000_16.jpg\n")
+    train, val, test = (load_split(cfg, s) for s in ("train", "val", "test"))
+    # class 3 is in neither list: not used; image 7 held out (PCME's file), not the every-5th images
+    assert train.image_ids == [str(i) for i in range(1, 11) if i != 7]
+    assert val.image_ids == ["7"] and test.image_ids == [str(i) for i in range(16, 26)]
+    assert train.extra["split_rule"].startswith("split files: test_classes=")
+    assert train.extra["run_tags"] == {"split_rule": train.extra["split_rule"]}
+    assert f"heldout_images={split_dir / 'seen_test_images.txt'}" in train.extra["split_rule"]
+    err = capsys.readouterr().err
+    assert err.count("CUB splits from the split files") == 1  # said once, not per split
+
+
+def test_every_fifth_image_is_the_fallback_and_is_recorded(tmp_path, capsys):
+    import xmr.data.cub as cub
+
+    cub._announced.clear()
+    cfg = _auto(_make_cub(tmp_path)[0])
+    val = load_split(cfg, "val")
+    assert val.image_ids == ["5", "10", "15"]
+    assert val.extra["split_rule"] == ("fallback rule: test_classes=builtin, trainval_classes=None, "
+                                       "heldout_images=every 5th image")
+    assert "CUB splits from the fallback rule" in capsys.readouterr().err
+
+
+def test_empty_split_names_the_files_to_provide(tmp_path):
+    cfg, root, _ = _make_cub(tmp_path)
+    _auto(cfg)
+    # a small CUB copy: 4 images per train+val class, so "every 5th image" holds out nothing
+    lines = [ln for ln in (root / "images.txt").read_text().splitlines() if int(ln.split()[0]) % 5 or
+             int(ln.split()[0]) > 15]
+    (root / "images.txt").write_text("\n".join(lines) + "\n")
+    assert len(load_split(cfg, "train").image_ids) == 12
+    with pytest.raises(XmrError, match=r"split 'val' \(CUB source splits \['heldout'\]\) has no images under the "
+                                       r"fallback rule.*put PCME's split files testclasses\.txt, trainvalclasses\.txt, "
+                                       r"seen_test_images\.txt \(naver-ai/pcme datasets/annotations/cub/\) in "):
+        load_split(cfg, "val")
+
+
+def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
+    """The trainer copies a split's ``extra['run_tags']`` (CUB: ``split_rule``) into the tracking run's tags."""
+    import contextlib
+
+    import xmr.train.trainer as trainer
+    from xmr.config import load_run_config
+
+    real = trainer.load_split_images
+
+    def tagged(cfg, split, train=False):
+        data, feats = real(cfg, split, train)
+        data.extra["run_tags"] = {"split_rule": "split files: test_classes=x"}
+        return data, feats
+
+    seen = {}
+
+    class RecordingTracker:
+        run_id = None
+
+        def __init__(self, enabled=True):
+            pass
+
+        @contextlib.contextmanager
+        def run(self, experiment, run_name, run_id=None, tags=None, parent_run_id=None):
+            seen.update(tags or {})
+            yield self
+
+        def __getattr__(self, name):  # log_params, log_metrics, ...: nothing to record here
+            return lambda *a, **k: None
+
+    monkeypatch.setattr(trainer, "load_split_images", tagged)
+    monkeypatch.setattr(trainer, "Tracker", RecordingTracker)
+    trainer.train(load_run_config(tiny_synth.recipe("vsepp", train={"epochs": 1})), tmp_path / "run", progress=False)
+    assert seen["split_rule"] == "split files: test_classes=x" and seen["method"] == "vsepp"

@@ -227,3 +227,102 @@ def test_scan_download_alone_trains_and_scores(tmp_path):
     assert summary["best_epoch"] == 1
     sims, info = score_split(tmp_path / "run", progress=False)
     assert sims.shape == (4, 20) and info["split"] == "test" and np.isfinite(sims).all()
+
+
+# -- the public dev layout: one feature row per caption, dev_ids.txt repeating each id ---------------------
+
+def write_dev_per_caption(folder, ids=IDS, with_ids=True, seed=1):
+    """SCAN's coco_precomp/f30k_precomp dev layout: dev_ims.npy has one row per caption (each image's row
+    repeated 5 times, consecutive), dev_ids.txt one id per caption, dev_caps.txt 5 lines per image."""
+    folder.mkdir(parents=True, exist_ok=True)
+    per_image = np.random.default_rng(seed).normal(size=(len(ids), 3, 5)).astype(np.float32)
+    np.save(folder / "dev_ims.npy", np.repeat(per_image, 5, axis=0))
+    caps = [f"Image {iid} caption {k}." for iid in ids for k in range(5)]
+    (folder / "dev_caps.txt").write_text("\n".join(caps) + "\n")
+    if with_ids:
+        (folder / "dev_ids.txt").write_text("\n".join(i for i in ids for _ in range(5)) + "\n")
+    return per_image, caps
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_scan_dev_one_row_per_caption_is_collapsed(tmp_path, with_ids):
+    per_image, caps = write_dev_per_caption(tmp_path / "precomp", with_ids=with_ids)
+    cfg = {"name": "p", "format": "precomp", "root": str(tmp_path / "precomp"), "captions_per_image": 5,
+           "splits": {"val": ["dev"]}}
+    split = load_split(cfg, "val")
+    want_ids = IDS if with_ids else ["0", "1", "2", "3"]  # without ids: vse_infty's rows // 5
+    assert split.image_ids == want_ids and split.num_images == 4
+    assert split.captions == caps  # file order kept
+    np.testing.assert_array_equal(split.caption_image, np.repeat(np.arange(4), 5))
+    out = import_scan(tmp_path / "precomp", "dev", tmp_path / "f.h5", progress=False)
+    data, _ = _read(out)
+    assert data["features"].shape == (4, 3, 5)
+    np.testing.assert_array_equal(data["features"], per_image)  # row 5k of the file = image k
+    assert [s.decode() for s in data["image_ids"]] == want_ids
+    assert FeatureFile(out).image_ids == split.image_ids
+
+
+def test_scan_dev_per_caption_matched_to_karpathy_split(tmp_path):
+    per_image, _ = write_dev_per_caption(tmp_path / "precomp")
+    cfg = _karpathy_coco(tmp_path)
+    cfg["extra"]["scan_splits"] = {"test": "dev"}
+    split = load_split(cfg, "test")
+    out = import_scan(tmp_path / "precomp", "dev", tmp_path / "f.h5", split=split, progress=False)
+    data, _ = _read(out)
+    order = {iid: k for k, iid in enumerate(IDS)}
+    np.testing.assert_array_equal(data["features"], per_image[[order[i] for i in split.image_ids]])
+
+
+def _assert_nothing_left(tmp_path):
+    assert not (tmp_path / "f.h5").exists() and not (tmp_path / "f.h5.parts").exists()
+
+
+def test_scan_dev_per_caption_rows_that_differ(tmp_path, capsys):
+    write_dev_per_caption(tmp_path / "precomp")
+    ims = np.load(tmp_path / "precomp" / "dev_ims.npy")
+    ims[7, 0, 0] += 1.0  # image "9" (rows 5..9): row 7 differs from row 5
+    np.save(tmp_path / "precomp" / "dev_ims.npy", ims)
+    with pytest.raises(XmrError, match=r"dev_ims\.npy: rows 5 and 7 hold different features for image 9 "
+                                       r"\(dev_ids\.txt lines 6 and 8\)"):
+        import_scan(tmp_path / "precomp", "dev", tmp_path / "f.h5", progress=False, block=2)
+    _assert_nothing_left(tmp_path)
+    rc = xmr_main(["import-features", "--format", "scan", "--src", str(tmp_path / "precomp"), "--src-split", "dev",
+                   "--out", str(tmp_path / "f.h5"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "image 9" in err
+    _assert_nothing_left(tmp_path)
+
+
+def test_scan_dev_per_caption_uneven_ids(tmp_path):
+    write_dev_per_caption(tmp_path / "precomp")
+    ids = [i for i in IDS for _ in range(5)]
+    ids[9] = "522418"  # image 9 on 4 rows, image 522418 on 6
+    (tmp_path / "precomp" / "dev_ids.txt").write_text("\n".join(ids) + "\n")
+    with pytest.raises(XmrError, match=r"dev_ids\.txt:6: image id 9 is on 4 rows \(lines 6, 7, 8, 9\), the "
+                                       r"others on 5"):
+        import_scan(tmp_path / "precomp", "dev", tmp_path / "f.h5", progress=False)
+    _assert_nothing_left(tmp_path)
+
+
+def test_scan_2d_ims_needs_pooled(tmp_path, capsys):
+    folder = tmp_path / "precomp"
+    write_precomp(folder, "testall")
+    pooled = np.random.default_rng(3).normal(size=(4, 7)).astype(np.float32)
+    np.save(folder / "testall_ims.npy", pooled)
+    with pytest.raises(XmrError, match=r"testall_ims\.npy: 2-D array 4 x 7; expected N x R x D region features"):
+        import_scan(folder, "testall", tmp_path / "f.h5", progress=False)
+    _assert_nothing_left(tmp_path)
+    cfg = {"name": "p", "format": "precomp", "root": str(folder), "captions_per_image": 5,
+           "splits": {"test": ["testall"]}}
+    with pytest.raises(XmrError, match="extra: {pooled: true}"):
+        load_split(cfg, "test")
+    assert load_split({**cfg, "extra": {"pooled": True}}, "test").num_images == 4
+    rc = xmr_main(["import-features", "--format", "scan", "--src", str(folder), "--src-split", "testall",
+                   "--out", str(tmp_path / "f.h5"), "--no-progress"])
+    assert rc == 2 and "N x R x D" in capsys.readouterr().err
+    _assert_nothing_left(tmp_path)
+    rc = xmr_main(["import-features", "--format", "scan", "--src", str(folder), "--src-split", "testall",
+                   "--out", str(tmp_path / "f.h5"), "--no-progress", "--pooled"])
+    data, attrs = _read(tmp_path / "f.h5")
+    assert rc == 0 and data["features"].shape == (4, 1, 7) and attrs["pooled"] == 1
+    np.testing.assert_array_equal(data["features"][:, 0], pooled)

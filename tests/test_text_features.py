@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from xmr.errors import XmrError
-from xmr.text.word_vectors import embedding_matrix, load_word_vectors, read_text_vectors
+from xmr.text.word_vectors import embedding_matrix, load_word_vectors, read_text_vectors, read_word2vec_binary
 
 
 def test_glove_text_any_dimension(tmp_path):
@@ -45,11 +45,59 @@ def test_malformed_word_vectors_name_file_and_line(tmp_path, body, pattern):
         read_text_vectors(p)
 
 
-def test_binary_word2vec_is_refused_clearly(tmp_path):
-    p = tmp_path / "GoogleNews.bin"
-    p.write_bytes(b"2 3\nking " + np.ones(3, np.float32).tobytes() + b"\0queen ")
-    with pytest.raises(XmrError, match="binary file; word2vec .bin is not read"):
-        read_text_vectors(p)
+W2V_WORDS = ["king", "queen", "Zürich"]
+W2V_VECS = np.array([[1.0, -2.0, 0.5], [0.25, 3.0, -1.5], [7.0, 0.0, -0.125]], np.float32)
+
+
+def write_w2v_binary(path, words=W2V_WORDS, vecs=W2V_VECS, newline=True, header=None):
+    """word2vec binary: C ``word2vec`` writes ``word `` + floats + ``\\n``; gensim's save_word2vec_format
+    (binary=True) writes ``word `` + floats with no newline."""
+    body = b"".join(w.encode() + b" " + v.astype("<f4").tobytes() + (b"\n" if newline else b"")
+                    for w, v in zip(words, vecs))
+    path.write_bytes((header or f"{len(words)} {vecs.shape[1]}\n").encode() + body)
+    return path
+
+
+@pytest.mark.parametrize("newline", [True, False], ids=["c_word2vec", "gensim"])
+def test_word2vec_binary_layouts(tmp_path, newline):
+    p = write_w2v_binary(tmp_path / "vectors.bin", newline=newline)
+    index, mat = load_word_vectors(str(p))
+    assert index == {"king": 0, "queen": 1, "Zürich": 2}
+    np.testing.assert_array_equal(mat, W2V_VECS)
+    index, mat, head = read_word2vec_binary(p, wanted={"Zürich"}, head=1)
+    assert head == ["king"] and index == {"king": 0, "Zürich": 1}
+    np.testing.assert_array_equal(mat, W2V_VECS[[0, 2]])
+    # no .bin suffix: recognised by its content
+    q = tmp_path / "vectors.w2v"
+    q.write_bytes(p.read_bytes())
+    mat2, coverage = embedding_matrix(["<pad>", "queen", "zebra"], str(q), dim=3)
+    np.testing.assert_array_equal(mat2[1], W2V_VECS[1])
+    assert coverage == pytest.approx(1 / 3)
+
+
+def test_word2vec_binary_streams_and_stops_early(tmp_path):
+    p = write_w2v_binary(tmp_path / "v.bin")
+    data = p.read_bytes()
+    p.write_bytes(data[:-5])  # the last record is cut: never reached when only the first word is wanted
+    index, mat, head = read_word2vec_binary(p, head=1)
+    assert head == ["king"] and mat.shape == (1, 3)
+
+
+@pytest.mark.parametrize("mutate, pattern", [
+    # header "3 3\n" is 4 bytes; record 1 = "king " + 12 + "\n" (18), record 2 = "queen " + 12 + "\n" (19)
+    (lambda b: b[:-5], r"v\.bin: record 3 of 3 \('Zürich', byte 41\): truncated vector, 8 of 12 bytes"),
+    (lambda b: b[:41], r"v\.bin: truncated: the file ends after 2 of the 3 records the header declares "
+                       r"\(byte 41\)"),
+    (lambda b: b"3 x\n" + b[4:], r"v\.bin:1: bad word2vec header '3 x'"),
+    (lambda b: b"2 3\n" + b[4:], r"v\.bin: byte 41: data after the 2 records the header declares"),
+    (lambda b: b"3 3\n" + b"x" * 5000, r"v\.bin: record 1 of 3 \(byte 4\): no word \(no space within 4096 "
+                                        r"bytes\)"),
+], ids=["truncated_vector", "missing_records", "bad_header", "count_too_small", "no_word"])
+def test_malformed_word2vec_binary(tmp_path, mutate, pattern):
+    p = write_w2v_binary(tmp_path / "v.bin")
+    p.write_bytes(mutate(p.read_bytes()))
+    with pytest.raises(XmrError, match=pattern):
+        load_word_vectors(str(p))
 
 
 def test_embedding_matrix_coverage(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from xmr.errors import XmrError
 
@@ -55,6 +56,26 @@ def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
     info = recipe_features(dataset, recipe, config_dir)
     named = {"train": info["splits"][:2], "score": info["splits"][2:]}
     return image_inputs(dataset, info, named.get(splits, [splits]) if isinstance(splits, str) else splits)
+
+
+#: job kind -> the kind its evaluation-split jobs use (val/test are ~5,000 images, COCO's train 113,287)
+EVAL_KINDS = {"extract": "extract_eval"}
+
+
+def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split: str = "") -> Any:
+    """Resource ``key`` of a ``kind`` job from config ``resources``: the dataset's own entry, else ``default``.
+    Jobs on a split other than ``train`` use ``{kind}_eval`` when there is one (the dataset's ``{kind}_eval``,
+    then its ``{kind}``, then ``default.{kind}_eval``, then ``default.{kind}``)."""
+    per_dataset = resources.get(dataset, {}) or {}
+    default = resources["default"]
+    kinds = [kind]
+    if split and split != "train" and kind in EVAL_KINDS:
+        kinds = [EVAL_KINDS[kind], kind]
+    for table in (per_dataset, default):
+        for k in kinds:
+            if key in (table.get(k) or {}):
+                return table[k][key]
+    raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
 
 
 def rerank_inputs(run_dir: str, reranker: str | None) -> dict[str, str]:

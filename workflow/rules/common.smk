@@ -3,7 +3,8 @@ import sys
 from snakemake.utils import min_version, validate
 
 from xmr.models.text_precomputed import recipe_text_feature_files
-from xmr.workflow import parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
+from xmr.doctor import workflow_preflight
+from xmr.workflow import job_resource, parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
 
 min_version("9.0")
 
@@ -25,16 +26,17 @@ wildcard_constraints:
 
 
 def res(kind, key):
-    """Resource `key` of job kind `kind`: the dataset's own entry in config `resources`, else `default`."""
+    """Resource `key` of job kind `kind` (xmr.workflow.job_resource: per dataset, per split for extraction)."""
 
     def f(wildcards):
-        per_dataset = config["resources"].get(wildcards.get("dataset", ""), {}).get(kind, {})
-        return per_dataset.get(key, config["resources"]["default"][kind][key])
+        return job_resource(config["resources"], kind, key, wildcards.get("dataset", ""), wildcards.get("split", ""))
 
     return f
 
 
 def target_recipe(wc):
+    # preflight (`xmr doctor`): a real dataset's target reports what is missing when it is first planned
+    workflow_preflight(workflow, wc.dataset, wc.target)
     return parse_target(wc.dataset, wc.target)[0]
 
 

@@ -51,7 +51,7 @@ rule import_scan:
         "logs/import/{dataset}_butd_r101_k36_{split}.log",
     resources:
         mem_mb=res("light", "mem_mb"),
-        runtime=res("extract", "runtime"),
+        runtime=res("extract", "runtime"),  # per split: val/test use extract_eval
     shell:
         "{XMR} import-features --format scan --src data/{wildcards.dataset}/precomp --dataset {wildcards.dataset}"
         " --split {wildcards.split} --out {output} --no-progress > {log} 2>&1"

@@ -18,6 +18,9 @@ def add_arguments(p):
     p.add_argument("--dtype", default="float32", choices=["float32", "float16"])
     p.add_argument("--no-verify-captions", action="store_true",
                    help="scan with an ids file: do not compare its captions with the dataset's")
+    p.add_argument("--pooled", action="store_true",
+                   help="scan: the _ims.npy is 2-D N x D (one pooled vector per image); default: N x R x D "
+                        "regions (also set by the dataset config's extra.pooled)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -43,7 +46,8 @@ def run(args):
         if not src_split:
             raise XmrError("--format scan needs --src-split (or --dataset and --split to derive it)")
         out = import_scan(args.src[0], src_split, args.out, split=split, dtype=args.dtype,
-                          verify_captions=not args.no_verify_captions, progress=not args.no_progress)
+                          verify_captions=not args.no_verify_captions, progress=not args.no_progress,
+                          pooled=args.pooled or bool((ds or {}).get("extra", {}).get("pooled", False)))
     else:
         if args.src_split:
             raise XmrError("--src-split applies to --format scan only")

@@ -16,21 +16,28 @@ train+val classes and 50 unseen test classes. Source splits (map them to xmr spl
 - ``test``: all images of the test classes;
 - ``all``: every image.
 
-Split settings under ``extra`` (defaults in brackets):
+Split settings under ``extra`` (defaults in brackets). ``auto`` follows PCME's split files
+(``datasets/annotations/cub/`` of naver-ai/pcme) when they are in ``extra.split_dir`` [the dataset ``root``,
+``data/cub``], and falls back to the rule in parentheses when they are not; which one was used is printed
+and recorded (``CaptionedSplit.extra['split_rule']``, the training run's ``split_rule`` tag):
 
-- ``test_classes`` [``builtin``]: ``builtin`` (the 50 classes below, the same as PCME's
-  ``datasets/annotations/cub/testclasses.txt``) or a class-list file (one ``NNN.Name`` or ``NNN`` per line);
-- ``trainval_classes`` [null]: null (all classes not in test) or a class-list file (PCME's
-  ``trainvalclasses.txt``);
-- ``heldout_images`` [5]: an integer k (every k-th image of each train+val class, in ``images.txt`` order,
-  is held out: a deterministic ~1/k) or a file of ``<class folder>/<file>.jpg`` lines (PCME's
-  ``seen_test_images.txt``; entries of test classes in it are ignored, as in PCME).
+- ``test_classes`` [``auto``: ``testclasses.txt``, else ``builtin``]: ``builtin`` (the 50 classes below, the
+  same as PCME's ``testclasses.txt``) or a class-list file (one ``NNN.Name`` or ``NNN`` per line);
+- ``trainval_classes`` [``auto``: ``trainvalclasses.txt``, else null]: null (all classes not in test) or a
+  class-list file;
+- ``heldout_images`` [``auto``: ``seen_test_images.txt``, else 5]: an integer k (every k-th image of each
+  train+val class, in ``images.txt`` order, is held out: a deterministic ~1/k) or a file of
+  ``<class folder>/<file>.jpg`` lines (PCME's ``seen_test_images.txt``; entries of test classes in it are
+  ignored, as in PCME).
+
+An empty split is an error that names the split files to provide.
 
 Image ids are CUB's ``images.txt`` ids; ``image_labels`` are class ids - 1 (0..199), for class-level relevance.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +55,29 @@ BUILTIN_TEST_CLASSES = (
     188, 190, 191, 200,
 )
 SOURCE_SPLITS = ("train", "heldout", "test", "all")
+#: extra key -> (PCME's file name, the fallback when the file is absent)
+PCME_SPLIT_FILES = {"test_classes": ("testclasses.txt", "builtin"), "trainval_classes": ("trainvalclasses.txt", None),
+                    "heldout_images": ("seen_test_images.txt", 5)}
+_announced: set[str] = set()
+
+
+def resolve_split_settings(cfg: dict) -> tuple[dict, str]:
+    """``auto`` split settings -> PCME's files when present in ``extra.split_dir``, else the fallbacks;
+    returns (settings, a one-line description of the rule used)."""
+    extra = cfg.get("extra", {})
+    split_dir = Path(extra.get("split_dir") or cfg.get("root") or Path(cfg["images"]).parent)
+    out, used, from_files = {}, [], 0
+    for key, (name, fallback) in PCME_SPLIT_FILES.items():
+        value = extra.get(key, "auto")
+        if value == "auto":
+            value = str(split_dir / name) if (split_dir / name).is_file() else fallback
+        out[key] = value
+        is_file = isinstance(value, str) and value != "builtin"
+        from_files += is_file
+        shown = value if is_file or key != "heldout_images" else f"every {value}th image"
+        used.append(f"{key}={shown}")
+    kind = "split files" if from_files == 3 else "fallback rule" if from_files == 0 else "mixed settings"
+    return out, f"{kind}: {', '.join(used)}"
 
 
 def _read_table(path: Path, what: str) -> list[tuple[int, str]]:
@@ -117,16 +147,20 @@ def read_cub_split(cfg: dict, split: str) -> CaptionedSplit:
         if not 1 <= cid <= 200:
             raise XmrError(f"{root / 'classes.txt'}: class id {cid} outside 1..200")
 
-    test_spec = extra.get("test_classes", "builtin")
+    settings, rule = resolve_split_settings(cfg)
+    if rule not in _announced:  # once per process: train, val and test all resolve the same rule
+        _announced.add(rule)
+        print(f"dataset {cfg['name']}: CUB splits from the {rule}", file=sys.stderr, flush=True)
+    test_spec = settings["test_classes"]
     test = set(BUILTIN_TEST_CLASSES) if test_spec == "builtin" else read_class_list(require_file(test_spec, hint),
                                                                                   classes)
-    tv_spec = extra.get("trainval_classes")
+    tv_spec = settings["trainval_classes"]
     trainval = set(classes) - test if not tv_spec else read_class_list(require_file(tv_spec, hint), classes)
     if trainval & test:
         raise XmrError(f"CUB split: classes {sorted(trainval & test)[:5]} are both train+val and test; the "
                        f"split must be class-disjoint (check extra.test_classes / extra.trainval_classes)")
 
-    held_spec = extra.get("heldout_images", 5)
+    held_spec = settings["heldout_images"]
     by_path = {}
     for iid, rel in images:
         if iid not in labels:
@@ -182,10 +216,14 @@ def read_cub_split(cfg: dict, split: str) -> CaptionedSplit:
             toks.append(tokenize(cap))
         labs.append(labels[iid] - 1)
     if not ids:
-        raise XmrError(f"dataset {cfg['name']}: split {split!r} (CUB source splits {wanted}) has no images")
+        split_dir = Path(extra.get("split_dir") or cfg.get("root") or root.parent)
+        raise XmrError(f"dataset {cfg['name']}: split {split!r} (CUB source splits {wanted}) has no images under "
+                       f"the {rule}; put PCME's split files {', '.join(n for n, _ in PCME_SPLIT_FILES.values())} "
+                       f"(naver-ai/pcme datasets/annotations/cub/) in {split_dir}/ or set extra.heldout_images")
     return CaptionedSplit(
         name=cfg["name"], split=split, image_ids=ids, image_paths=paths, captions=caps,
         caption_image=np.repeat(np.arange(len(ids)), c), tokens=toks,
         image_labels=np.asarray(labs, dtype=np.int64),
-        extra={"classes": {cid - 1: name for cid, name in classes.items()}},
+        extra={"classes": {cid - 1: name for cid, name in classes.items()}, "split_rule": rule,
+               "run_tags": {"split_rule": rule}},
     )

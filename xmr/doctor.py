@@ -1,0 +1,305 @@
+"""Preflight (``xmr doctor DATASET [TARGET]``): what a target needs, what is missing, and the one command or
+download that fixes each piece, before a cluster job finds out.
+
+Checked: the dataset's annotation file(s), the images or the precomputed features of every split the recipe
+reads (and, for features that would be extracted, the backbone's weights/config file from
+``config/backbones.yaml`` and its optional backend such as detectron2), local word vectors / BERT folders and
+the text-feature inputs, and the tracking store. When a cheaper path exists it is named: the SCAN/VSE∞
+precomputed download imported by the ``import_scan`` rule instead of BUTD extraction with detectron2.
+The workflow runs :func:`workflow_preflight` when it is parsed (also for ``snakemake -n``); it only reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from xmr.errors import XmrError
+
+#: backbone family -> (module it needs, how to get it); families not listed need only xmr's requirements
+BACKENDS = {"butd_detectron2": ("detectron2", "build detectron2 in its env: `conda env create -f envs/detectron2.yaml`"
+                                              " then the pip line in docs/datasets.md 'detectron2'")}
+#: backbones whose features the SCAN/VSE∞ precomputed download provides (rule import_scan)
+SCAN_BACKBONES = ("butd_r101_k36",)
+SCAN_DOWNLOAD = ("SCAN's data.zip (Kaggle mirror kuanghueilee/scan-features): {ds}_precomp/ -> data/{ds}/precomp/ "
+                 "({splits} x {{_ims.npy, _caps.txt, _ids.txt}})")
+KNOWN_DOWNLOADS = {
+    "glove.840B.300d.txt": "https://nlp.stanford.edu/data/glove.840B.300d.zip, unzipped into resources/word_vectors/",
+    "GoogleNews-vectors-negative300.bin": "GoogleNews-vectors-negative300.bin.gz (word2vec project page; gunzip into"
+                                          " resources/word_vectors/)",
+    "bua-caffe-frcn-r101-k36.pth": "MILVLG/bottom-up-attention.pytorch README: bua-caffe-frcn-r101-k36.pth into "
+                                   "resources/weights/",
+    "bua-caffe-frcn-r101-k10-100.pth": "MILVLG/bottom-up-attention.pytorch README: bua-caffe-frcn-r101-k10-100.pth "
+                                       "into resources/weights/",
+    "test-caffe-r101-fix36.yaml": "MILVLG/bottom-up-attention.pytorch configs/caffe/test-caffe-r101-fix36.yaml "
+                                  "into resources/detectron2/",
+    "test-caffe-r101.yaml": "MILVLG/bottom-up-attention.pytorch configs/caffe/test-caffe-r101.yaml into "
+                            "resources/detectron2/",
+}
+
+
+@dataclass
+class Need:
+    """One thing a target needs. ``ok``: present (or produced by an earlier rule from what is present)."""
+
+    what: str
+    path: str
+    ok: bool
+    fix: str = ""
+    note: str = ""
+    by_rule: bool = False  # not there yet, but an earlier rule of the workflow makes it from what is there
+
+
+@dataclass
+class Report:
+    dataset: str
+    target: str | None
+    recipe: str | None = None
+    reranker: str | None = None
+    needs: list[Need] = field(default_factory=list)
+    cheaper: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[Need]:
+        return [n for n in self.needs if not n.ok]
+
+    def add(self, what: str, path: str | os.PathLike, ok: bool, fix: str = "", note: str = "",
+            by_rule: bool = False) -> None:
+        if not any(n.path == str(path) and n.what == what for n in self.needs):
+            self.needs.append(Need(what, str(path), ok, fix, note, by_rule))
+
+    def format(self) -> str:
+        head = f"xmr doctor {self.dataset}" + (f" {self.target}" if self.target else "")
+        if self.recipe:
+            head += f"  (recipe {self.recipe}" + (f", re-ranker {self.reranker})" if self.reranker else ")")
+        lines = [head]
+        width = max((len(n.what) for n in self.needs), default=0)
+        for n in self.needs:
+            status = "MISSING" if not n.ok else "by rule" if n.by_rule else "ok"
+            lines.append(f"  {status:8} {n.what:{width}}  {n.path}"
+                         + (f"  ({n.note})" if n.note else ""))
+            if not n.ok and n.fix:
+                lines.append(f"  {'':8} {'':{width}}  fix: {n.fix}")
+        for c in self.cheaper:
+            lines.append(f"  cheaper path: {c}")
+        miss = len(self.missing)
+        lines.append(f"{miss} missing piece(s); the target cannot run until they are fixed" if miss
+                     else "nothing missing")
+        return "\n".join(lines)
+
+
+def _paths(value: Any) -> list[str]:
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _download_hint(path: str, default: str) -> str:
+    return KNOWN_DOWNLOADS.get(Path(path).name, default)
+
+
+def target_name(dataset: str, target: str) -> str:
+    """``results/coco/dvse_fr.json`` or ``dvse_fr`` -> ``dvse_fr`` (checking the dataset matches)."""
+    m = re.fullmatch(r"(?:.*/)?results/([^/]+)/([^/]+)\.json", target)
+    if m:
+        if m.group(1) != dataset:
+            raise XmrError(f"target {target} belongs to dataset {m.group(1)!r}, not {dataset!r}")
+        return m.group(2)
+    if "/" in target or target.endswith(".json"):
+        raise XmrError(f"target {target!r}: expected results/{dataset}/RECIPE[_RERANKER].json or RECIPE[_RERANKER]")
+    return target
+
+
+def _check_dataset(rep: Report, ds: dict, need_images: bool) -> None:
+    name = ds["name"]
+    source = ds.get("source")
+    for ann in _paths(ds.get("annotations")):
+        fix = (f"`xmr link-dataset --dataset {name}` (source: {source})" if source and Path(source).is_dir()
+               else f"{ds.get('obtain', 'see docs/datasets.md')}; or set `source:` in config/datasets/{name}.yaml "
+                    f"to a shared copy laid out like {ds['root']}/")
+        rep.add("annotation file", ann, Path(ann).exists(), fix)
+    text_dir = (ds.get("extra") or {}).get("text_dir")
+    if text_dir:  # CUB: Reed et al.'s captions live apart from the images
+        rep.add("captions folder", text_dir, Path(text_dir).is_dir(),
+                f"{ds.get('obtain', 'see docs/datasets.md')} (extra.text_dir in config/datasets/{name}.yaml)")
+    if ds.get("format") == "cub":
+        from xmr.data.cub import resolve_split_settings
+
+        _, rule = resolve_split_settings(ds)
+        rep.add("CUB split rule", rule.split(":")[0], True, note=rule.split(": ", 1)[1] + (
+            "; PCME's testclasses.txt, trainvalclasses.txt, seen_test_images.txt in the dataset root are followed "
+            "when present" if not rule.startswith("split files") else ""))
+    if need_images and ds.get("images"):
+        images = Path(ds["images"])
+        ok = images.is_dir() and any(images.iterdir())
+        rep.add("images", images, ok, f"put the image files under {images}/ ({ds.get('obtain', 'docs/datasets.md')})")
+
+
+def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
+    from xmr.config import load_backbone_config
+
+    bb = load_backbone_config(key, config_dir)
+    for k in ("weights", "config_file", "detector_weights"):
+        if bb.get(k):
+            rep.add(f"backbone {key} {k}", bb[k], Path(bb[k]).exists(),
+                    f"{_download_hint(bb[k], 'get the file')}; or set `{k}:` of {key} in {config_dir}/backbones.yaml "
+                    f"to your copy")
+    module, how = BACKENDS.get(bb["name"], (None, ""))
+    if module:
+        rep.add(f"backend {module}", f"python module {module}", importlib.util.find_spec(module) is not None, how,
+                note=f"for backbone {key}")
+
+
+def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path) -> None:
+    from xmr.features.importers import scan_source_split
+    from xmr.workflow import image_inputs
+
+    if info["source"] == "images":  # end to end: images + the backbone's weights
+        _check_dataset(rep, ds, need_images=True)
+        _check_backbone(rep, info["backbone"], config_dir)
+        return
+    extract_splits = []
+    for split, h5 in zip(info["splits"], image_inputs(dataset, info, info["splits"])):
+        if Path(h5).exists():
+            rep.add(f"features {split}", h5, True)
+            continue
+        if info["backbone"] in SCAN_BACKBONES:
+            src = scan_source_split(ds, split)
+            ims = Path(f"data/{dataset}/precomp/{src}_ims.npy")
+            if ims.exists() and ims.with_name(f"{src}_caps.txt").exists():
+                rep.add(f"features {split}", h5, True, note=f"imported from {ims} by rule import_scan", by_rule=True)
+                continue
+        rep.add(f"features {split}", h5, True, note="made by the extract rule, which needs what follows",
+                by_rule=True)
+        extract_splits.append(split)
+    if extract_splits:
+        _check_dataset(rep, ds, need_images=True)
+        _check_backbone(rep, info["backbone"], config_dir)
+        if info["backbone"] in SCAN_BACKBONES:
+            srcs = sorted({scan_source_split(ds, s) for s in extract_splits})
+            rep.cheaper.append(
+                f"instead of BUTD extraction (detectron2 + weights, GPU hours on the train split) put "
+                + SCAN_DOWNLOAD.format(ds=dataset, splits="/".join(srcs))
+                + f"; rule import_scan (`xmr import-features --format scan`) then builds "
+                  f"{info['dir']}/{dataset}/{info['backbone']}/ and images, detectron2 and the BUTD weights are "
+                  f"not needed (docs/datasets.md 'Precomputed features')")
+
+
+def _check_text(rep: Report, cfg: dict, dataset: str, config_dir: str | Path) -> None:
+    text = cfg["text"]
+    wv = text.get("word_vectors")
+    if isinstance(wv, str) and wv != "glove6b50d":
+        rep.add("word vectors", wv, Path(wv).exists(),
+                f"{_download_hint(wv, 'get the file')}; or set text.word_vectors in the recipe (glove6b50d is shipped)")
+    bert = text.get("bert_path")
+    if text.get("encoder") == "bert" and isinstance(bert, str) and ("/" in bert or bert.startswith(".")):
+        rep.add("BERT model folder", bert, Path(bert).is_dir(),
+                f"`huggingface-cli download {Path(bert).name} --local-dir {bert}` on a connected machine")
+    kind = (cfg.get("features") or {}).get("text")
+    if text.get("encoder") == "precomputed" and kind:
+        from xmr.models.text_precomputed import recipe_text_feature_files
+        from xmr.text.hglmm import load_text_feature_settings
+
+        files = recipe_text_feature_files(dataset, cfg["name"], config_dir)
+        if not all(Path(p).exists() for p in files["train"] + files["score"]):
+            wv = load_text_feature_settings(kind, dataset, config_dir)["word_vectors"]
+            if wv != "glove6b50d":
+                rep.add(f"word vectors ({kind} text features)", wv, Path(wv).exists(),
+                        f"{_download_hint(wv, 'get the file')}; or set word_vectors in {config_dir}/text_features.yaml")
+
+
+def _check_tracking(rep: Report, cfg: dict | None) -> None:
+    if cfg is not None and not cfg["tracking"]["enabled"]:
+        return
+    from xmr.tracking import sqlite_path, tracking_uri
+
+    uri = tracking_uri()
+    if importlib.util.find_spec("mlflow") is None:
+        rep.add("tracking store", uri, False, "`pip install -r requirements.txt` (mlflow), or tracking.enabled: false")
+        return
+    db = sqlite_path(uri)
+    if db is not None:
+        parent = db.parent if str(db.parent) else Path(".")
+        ok = parent.is_dir() and os.access(parent, os.W_OK)
+        rep.add("tracking store", uri, ok, f"make {parent} writable or set MLFLOW_TRACKING_URI",
+                note="exists" if db.exists() else "created on first run")
+    else:
+        rep.add("tracking store", uri, True, note="server: must be reachable from the compute nodes; not contacted")
+
+
+def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "config") -> Report:
+    """What ``results/{dataset}/{target}.json`` (or, without a target, the dataset) needs and what is missing."""
+    from xmr.config import load_dataset_config, load_run_config
+    from xmr.workflow import parse_target, recipe_features, recipe_path
+
+    ds = load_dataset_config(dataset, config_dir)
+    rep = Report(dataset, target)
+    if ds.get("generate"):  # generated by `xmr synth`: nothing to bring
+        rep.add("dataset", ds["annotations"], True, note="generated by the workflow (rule synth)")
+        return rep
+    if target is None:
+        _check_dataset(rep, ds, need_images=True)
+        scan = Path(f"data/{dataset}/precomp")
+        rep.add("SCAN precomputed features", scan, True,
+                note="present" if scan.is_dir() else "optional: replaces BUTD extraction (rule import_scan)")
+        _check_tracking(rep, None)
+        return rep
+    rep.recipe, rep.reranker = parse_target(dataset, target_name(dataset, target), config_dir)
+    cfg = load_run_config(recipe_path(dataset, rep.recipe, config_dir))
+    _check_dataset(rep, ds, need_images=False)
+    _check_features(rep, dataset, ds, recipe_features(dataset, rep.recipe, config_dir), config_dir)
+    _check_text(rep, cfg, dataset, config_dir)
+    _check_tracking(rep, cfg)
+    return rep
+
+
+def _targets_by_dataset(targets: Iterable[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for t in targets:
+        m = re.fullmatch(r"(?:.*/)?results/([a-z0-9]+)/([a-z0-9_]+)\.json", str(t))
+        if m:
+            out.setdefault(m.group(1), []).append(m.group(2))
+    return out
+
+
+_checked: set[tuple[str, str]] = set()
+
+
+def workflow_preflight(workflow: Any, dataset: str, target: str, config_dir: str | Path = "config",
+                       stream=None) -> int:
+    """Print :func:`doctor`'s report for ``results/{dataset}/{target}.json`` once per Snakemake process, when
+    Snakemake plans that target (dry runs included), for datasets that are not generated; the main process
+    only, not again inside each job. Never raises (a check that fails is reported as such). Returns the
+    number of missing pieces."""
+    if not getattr(workflow, "is_main_process", True) or (dataset, target) in _checked:
+        return 0
+    _checked.add((dataset, target))
+    return preflight_targets([f"results/{dataset}/{target}.json"], config_dir, stream)
+
+
+def preflight_targets(targets: Iterable[str], config_dir: str | Path = "config", stream=None) -> int:
+    """Print :func:`doctor`'s report for each ``results/{dataset}/{target}.json`` in ``targets`` whose dataset
+    is not generated; never raises. Returns the number of missing pieces."""
+    from xmr.config import load_dataset_config
+
+    stream = stream or sys.stderr
+    missing = 0
+    for dataset, names in _targets_by_dataset(targets).items():
+        try:
+            if load_dataset_config(dataset, config_dir).get("generate"):
+                continue
+            for name in names:
+                rep = doctor(dataset, name, config_dir)
+                missing += len(rep.missing)
+                print(rep.format(), file=stream, flush=True)
+        except Exception as e:  # the preflight must never stop Snakemake from planning
+            print(f"xmr doctor {dataset}: could not check ({e})", file=stream, flush=True)
+    if missing:
+        print(f"xmr doctor: {missing} missing piece(s) above; the jobs that need them will fail "
+              f"(`xmr doctor DATASET TARGET` repeats this check)", file=stream, flush=True)
+    return missing
