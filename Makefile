@@ -14,7 +14,7 @@ DVC_TARGETS ?= results/synth/summary.json
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 
-.PHONY: demo test venv clean report repro mlflow-ui mlflow-server sync pull test-fast slurm-dry-run
+.PHONY: demo test venv clean report repro mlflow-ui mlflow-server sync pull test-fast slurm-dry-run benchmark
 
 $(BIN)/xmr: requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -q
+
+# The seeded benchmark on synth (docs/benchmark.md), then the README sections generated from it and from the demo
+benchmark: venv
+	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md reports/synth/readme.md reports/synth/readme_demo.md
 
 # tests without the integration ones (SLURM, DVC, MLflow server, browser): seconds instead of minutes
 test-fast: venv

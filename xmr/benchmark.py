@@ -274,8 +274,29 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = "runs",
     return {"train_minutes_sum": train_s / 60, "wall_minutes": wall / 60, "runs": len(starts)}
 
 
-def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict) -> str:
+def dataset_stats(bench: Benchmark) -> dict | None:
+    """``xmr synth --stats`` of the benchmark's dataset when it is generated (synth), else None."""
+    from xmr.config import load_dataset_config
+
+    if not (bench.config_dir / "datasets" / f"{bench.dataset}.yaml").exists():
+        return None
+    ds = load_dataset_config(bench.dataset, bench.config_dir)
+    if "generate" not in ds or not Path(ds["annotations"]).exists():
+        return None
+    from xmr.data.synth import synth_stats
+
+    return synth_stats(ds["annotations"], batches=100)
+
+
+def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict,
+                       stats: dict | None = None) -> str:
     out = io.StringIO()
+    if stats:
+        test = stats["splits"].get("test", {})
+        out.write(f"Dataset ({stats['file']}, style {stats['style']}): false_negative_rate_b128 "
+                  f"{stats['false_negative_rate_b128']:.3f} (`xmr synth --stats`); test split {test.get('images')} "
+                  f"images / {test.get('captions')} captions, subset `ambiguous` {test.get('ambiguous_images')} "
+                  f"images / {test.get('ambiguous_captions')} captions.\n\n")
     n = len(bench.seeds)
     subsets = list(dict.fromkeys(r["subset"] for r in rows))
     heads = ["i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM"]
@@ -364,16 +385,17 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, 
     rows = summary_rows(bench, records)
     claims = judge_claims(bench, records)
     times = timing(bench, runs_root, results_root)
+    stats = dataset_stats(bench)
     paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
              (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
               ("claims_csv", "_claims.csv"))}
-    for key, text in (("md", benchmark_markdown(bench, rows, claims, times)),
+    for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats)),
                       ("claims_md", claims_markdown(claims, len(bench.seeds))),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:
             tmp.write_text(text)
     write_json(paths["json"], {"benchmark": bench.name, "dataset": bench.dataset, "seeds": bench.seeds,
-                               "summary": rows, "claims": claims, "timing": times})
+                               "summary": rows, "claims": claims, "timing": times, "dataset_stats": stats})
     with atomic_path(paths["png"], ".png") as tmp:
         plot_benchmark(bench, rows, tmp)
     return paths
