@@ -2,8 +2,8 @@ import sys
 
 from snakemake.utils import min_version, validate
 
-from xmr.models.text_precomputed import recipe_text_feature_files
-from xmr.workflow import parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
+from xmr.layout import (parse_target, recipe_features, recipe_image_inputs, recipe_path, recipe_text_feature_files,
+                        rerank_inputs, rerank_options)
 
 min_version("9.0")
 

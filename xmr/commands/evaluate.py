@@ -17,8 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="captions C*i .. C*i+C-1 belong to image i (default: 5)")
     p.add_argument("--ties", default="pessimistic", choices=["pessimistic", "optimistic", "index"],
                    help="order of tied scores (default: pessimistic; see docs/evaluation.md)")
-    p.add_argument("--rerank", default=None, choices=["fr", "rr", "mr", "isoftmax", "dsl", "qbnorm", "csls"],
-                   help="re-rank the matrix first (default: none)")
+    p.add_argument("--rerank", default=None, metavar="NAME",  # checked against the registry (xmr.rerank.RERANKERS)
+                   help="re-rank the matrix first with a registered re-ranker, e.g. fr, rr, dsl (default: none)")
     p.add_argument("--rerank-param", action="append", default=[], metavar="NAME=VALUE",
                    help="re-ranker parameter, repeatable (e.g. gamma1=25 for fr; bank_i2t=B.npy for qbnorm)")
     p.add_argument("--rerank-defaults", default=None, metavar="DATASET",

@@ -1,6 +1,7 @@
 """xmr search: top-k retrieval with a trained run (text -> images of a split, or image -> captions)."""
 
-HELP = "search a split of the run's dataset with a text (-> images) or an image file (-> captions); prints ids and scores"
+HELP = ("search a split of the run's dataset with a text (-> images) or an image file (-> captions); "
+        "prints ids and scores")
 
 
 def add_arguments(p):

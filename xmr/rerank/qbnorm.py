@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 from xmr.rerank.fast import _first_argmax, lse_stats
 
 
