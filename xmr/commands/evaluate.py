@@ -70,9 +70,16 @@ def run(args: argparse.Namespace) -> int:
         labels["caption_labels"] = load_array(args.caption_labels, "caption labels")
     if labels and args.protocol != "cub":
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
+    rows = {}
+    if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
+        from xmr.config import load_array_params, load_rerank_rows
+
+        rows = load_rerank_rows(args.rerank)[1]
+        params = load_array_params(params, f"re-ranker {args.rerank!r}")
     metrics = evaluate_sims(sims, protocol=args.protocol, captions_per_image=args.captions_per_image,
                             rerank=args.rerank, rerank_params=params, ties=args.ties,
-                            rerank_defaults=args.rerank_defaults, device=args.device, timing=args.timing, **labels)
+                            rerank_defaults=args.rerank_defaults, rerank_rows=rows, device=args.device,
+                            timing=args.timing, **labels)
     write_json(args.out, metrics)
     print(summary(metrics))
     return 0

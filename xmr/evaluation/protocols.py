@@ -82,7 +82,7 @@ def _fold_slices(p: Protocol, n: int, m: int) -> list[tuple[slice, slice]]:
 def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, rerank: str | None = None,
                   rerank_params: Mapping[str, Any] | None = None, *, ties: str = "pessimistic",
                   image_labels=None, caption_labels=None, rerank_defaults: str | None = None,
-                  device: str | torch.device | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                  rerank_rows: Mapping[str, Any] | None = None, device: str | torch.device | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
                   timing: bool = False) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
@@ -93,7 +93,8 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     ``captions_per_image`` captions).
 
     ``rerank`` names a re-ranker (:mod:`xmr.rerank`); ``rerank_params`` override the defaults of the
-    ``rerank_defaults`` dataset row (default: the protocol's dataset, e.g. coco for coco1k/coco5k).
+    ``rerank_defaults`` dataset row (default: the protocol's dataset, e.g. coco for coco1k/coco5k) of
+    ``rerank_rows`` (``config/rerank/<name>.yaml`` as read by the caller; none: the code defaults).
     ``timing=True`` adds ``"timing_s"`` (re-rank preparation and ranking wall times).
     """
     p = get_protocol(protocol)
@@ -105,7 +106,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     spec = params = None
     if rerank not in (None, "", "none"):
         spec = RERANKERS.get(rerank)
-        params = resolve_params(rerank, rerank_params, rerank_defaults or p.rerank_dataset)
+        params = resolve_params(rerank, rerank_params, rerank_defaults or p.rerank_dataset, rerank_rows)
     elif rerank_params:
         raise XmrError("re-ranker parameters given without a re-ranker (--rerank)")
 

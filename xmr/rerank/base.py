@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
@@ -118,41 +116,23 @@ RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
 
 # -- parameters ------------------------------------------------------------------------------------------------
 
-def _config_dirs() -> list[Path]:
-    dirs = []
-    if os.environ.get("XMR_CONFIG_DIR"):
-        dirs.append(Path(os.environ["XMR_CONFIG_DIR"]))
-    dirs.append(Path(__file__).resolve().parents[2] / "config")  # the repository's config/ (editable install)
-    dirs.append(Path("config"))
-    return dirs
-
-
-def _yaml_rows(name: str) -> tuple[Path | None, dict]:
-    from xmr.config import load_yaml
-
-    for d in _config_dirs():
-        p = d / "rerank" / f"{name}.yaml"
-        if p.exists():
-            return p, load_yaml(p)
-    return None, {}
-
-
-def default_params(name: str, dataset: str | None = None) -> dict[str, Any]:
-    """All parameters of re-ranker ``name`` with their defaults for ``dataset`` (a row of config/rerank/<name>.yaml).
-
-    Without a row for ``dataset`` the file's ``default`` row applies, then the code defaults.
-    """
+def default_params(name: str, dataset: str | None = None, rows: Mapping[str, Any] | None = None,
+                   source: str | None = None) -> dict[str, Any]:
+    """All parameters of re-ranker ``name`` with their defaults for ``dataset``: the code defaults, overridden by
+    the row ``dataset`` of ``rows`` (the mapping of ``config/rerank/<name>.yaml``, read by the caller with
+    :func:`xmr.config.load_rerank_rows`; its ``default`` row when there is none for ``dataset``)."""
     spec = RERANKERS.get(name)
     out = dict(spec.defaults)
-    path, rows = _yaml_rows(name)
+    rows = rows or {}
+    source = source or f"config/rerank/{name}.yaml"
     row = rows.get(dataset) if dataset is not None else None
     if row is None:
         row = rows.get("default", {})
     if not isinstance(row, dict):
-        raise XmrError(f"{path}: row {dataset!r} must be a mapping of parameter: value")
+        raise XmrError(f"{source}: row {dataset!r} must be a mapping of parameter: value")
     unknown = set(row) - set(spec.defaults)
     if unknown:
-        raise XmrError(f"{path}: unknown parameter(s) {', '.join(sorted(unknown))} for re-ranker {name!r}; "
+        raise XmrError(f"{source}: unknown parameter(s) {', '.join(sorted(unknown))} for re-ranker {name!r}; "
                        f"known: {', '.join(sorted(spec.defaults))}")
     out.update(row)
     return out
@@ -191,10 +171,12 @@ def _coerce(name: str, key: str, value: Any, default: Any) -> Any:
     return value  # default None: arrays, paths
 
 
-def resolve_params(name: str, params: Mapping[str, Any] | None = None, dataset: str | None = None) -> dict[str, Any]:
-    """Defaults for ``dataset`` overridden by ``params``; unknown names and bad values raise XmrError."""
+def resolve_params(name: str, params: Mapping[str, Any] | None = None, dataset: str | None = None,
+                   rows: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Defaults for ``dataset`` (see :func:`default_params`) overridden by ``params``; unknown names and bad values
+    raise XmrError."""
     spec = RERANKERS.get(name)
-    out = default_params(name, dataset)
+    out = default_params(name, dataset, rows)
     for key, value in (params or {}).items():
         if key not in spec.defaults:
             raise XmrError(f"unknown parameter {key!r} for re-ranker {name!r}; "
