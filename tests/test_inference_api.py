@@ -127,3 +127,16 @@ def test_readme_example_matches_xmr_score(runs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.count("'") >= 10  # five image ids were printed
     np.testing.assert_allclose(ns["sims"], _score_cli(runs["vsepp"], tmp_path), rtol=0, atol=1e-5)
+
+
+def test_end_to_end_run_encodes_image_files_through_its_own_backbone(tiny_synth, tmp_path):
+    """features.source: images: the fine-tuned backbone is in the checkpoint; files -> embeddings as `xmr score`."""
+    cfg = load_run_config(tiny_synth.recipe("vse_inf", name="api_e2e", features={"source": "images"},
+                                            image_backbone={}))
+    train(cfg, tmp_path / "run", progress=False)
+    expected = _score_cli(tmp_path / "run", tmp_path)
+    m = xmr.load(tmp_path / "run", device="cpu")
+    assert m.model.image_backbone is not None and not m.model.image_backbone.training
+    test = load_split(m.cfg["dataset_cfg"], "test")
+    sims = m.similarity(m.encode_image(test.image_paths), m.encode_text(test.captions))
+    np.testing.assert_allclose(sims, expected, rtol=0, atol=1e-5)
