@@ -184,6 +184,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     val_data, val_feats = load_split_images(cfg, val_split)
     vocab_words = build_vocab_words(cfg, train_data)
     model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
+    model.prepare(train_data)  # data-dependent state (CODER's concepts); a resumed checkpoint overwrites it
     image_dim = model.image_backbone.feature_dim if e2e else train_feats.feature_dim
     optimizer = build_optimizer(model, ocfg)
     use_amp = tcfg["amp"] and device.type == "cuda"
