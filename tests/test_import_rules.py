@@ -153,3 +153,11 @@ def test_evaluation_and_reranking_open_no_files():
     """Config and arrays are read at the edges (CLI, results, report, inference) and passed in as values."""
     found = [hit for sub in ("evaluation", "rerank") for p in sorted((PKG / sub).glob("*.py")) for hit in file_access(p)]
     assert found == []
+
+
+def test_methods_load_no_data():
+    """Data-dependent state comes in through RetrievalModel.prepare(train_split), which the trainer calls."""
+    graph = import_graph()
+    offenders = sorted(m for m, deps in graph.items() if m.startswith("xmr.methods") and "xmr.data" in {
+        d if not d.startswith("xmr.data.") else "xmr.data" for d in deps})
+    assert offenders == []
