@@ -75,6 +75,14 @@ def test_search_ranks_by_similarity(runs):
         order = np.argsort(-sims[:, q], kind="stable")[:4]
         np.testing.assert_array_equal(idx[q], order)
         np.testing.assert_allclose(scores[q], sims[order, q], atol=1e-6)
+    # re-ranked with CSLS (k = 10): 2 A[i, j] - mean top-k of image i's row - mean top-k of query j's column
+    idx_r, scores_r = m.search(queries, g["image_emb"], k=4, rerank="csls")
+    a = sims.astype(np.float64)
+    r_img = np.sort(a, axis=1)[:, ::-1][:, :min(10, a.shape[1])].mean(1)
+    r_cap = np.sort(a, axis=0)[::-1][:min(10, a.shape[0])].mean(0)
+    csls = 2 * a - r_img[:, None] - r_cap[None, :]
+    for q in range(2):
+        np.testing.assert_allclose(scores_r[q], np.sort(csls[:, q])[::-1][:4], atol=1e-5)
     # image queries over the captions: the row of the same matrix
     img_idx, img_scores = m.search(g["image_emb"][:1], g["text_emb"], k=3, queries_are="image")
     row = m.similarity(g["image_emb"][:1], g["text_emb"])[0]
