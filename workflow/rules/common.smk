@@ -3,7 +3,7 @@ import sys
 from snakemake.utils import min_version, validate
 
 from xmr.layout import (parse_target, recipe_features, recipe_image_inputs, recipe_path, recipe_text_feature_files,
-                        rerank_inputs, rerank_options)
+                        rerank_inputs, rerank_options, run_dir)
 
 min_version("9.0")
 
@@ -50,6 +50,6 @@ def train_inputs(wc):
 
 
 def score_inputs(wc):
-    return {"ckpt": f"runs/{wc.dataset}/{wc.recipe}/best.pt",
+    return {"ckpt": str(run_dir(wc.dataset, wc.recipe) / "best.pt"),
             "images": recipe_image_inputs(wc.dataset, wc.recipe, "score"),
             "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["score"]}
