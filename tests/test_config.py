@@ -24,7 +24,7 @@ def test_deep_merge_and_overrides():
 def test_repo_recipe_resolves_with_defaults():
     cfg = load_run_config(REPO / "config" / "recipes" / "synth" / "vsepp.yaml")
     assert cfg["method"] == "vsepp" and cfg["name"] == "vsepp"
-    assert cfg["loss"]["margin"] == 0.2  # from config/methods/vsepp.yaml
+    assert cfg["loss"]["margin"] == 0.2  # the vsepp schema default (VSE++ margin)
     assert cfg["loss"]["max_violation"] is True  # VSE++'s hardest negative, as the paper (synth v2 needs no switch)
     assert cfg["model"]["embed_dim"] == 256  # the recipe overrides the method default (1024)
     assert cfg["train"]["mask_same_image"] is True  # schema default filled in

@@ -98,15 +98,19 @@ def test_fr_is_stable_for_large_scales():
 
 
 def test_fr_defaults_per_dataset_from_yaml():
-    assert {k: default_params("fr", "cub")[k] for k in ("gamma1", "gamma2", "lambda1", "lambda2")} == \
+    from xmr.config import load_rerank_rows
+
+    rows = load_rerank_rows("fr")[1]  # read at the edge; the re-rankers get plain values
+    assert {k: default_params("fr", "cub", rows)[k] for k in ("gamma1", "gamma2", "lambda1", "lambda2")} == \
         {"gamma1": 9.0, "gamma2": 8.0, "lambda1": 8.0, "lambda2": 17.0}
     for ds in ("coco", "f30k", None):
-        p = default_params("fr", ds)
+        p = default_params("fr", ds, rows)
         assert (p["gamma1"], p["gamma2"], p["lambda1"], p["lambda2"]) == (25.0, 25.0, 20.0, 20.0)
     # the cub protocol picks the cub row unless told otherwise
     s = _matrix()
-    m = evaluate_sims(s, "cub", 3, rerank="fr", image_labels=np.arange(6) % 2)
+    m = evaluate_sims(s, "cub", 3, rerank="fr", image_labels=np.arange(6) % 2, rerank_rows=rows)
     assert m["rerank_params"]["lambda2"] == 17.0
+    assert default_params("fr", "cub")["lambda2"] == 20.0  # without rows: the code default
 
 
 def test_inverted_softmax_and_dual_softmax_naive():
@@ -148,7 +152,12 @@ def test_qbnorm_naive(tmp_path):
     bank_t2i = rng.uniform(-0.2, 0.9, size=(n, 7)).astype(np.float32)  # test images x 7 bank captions
     np.save(tmp_path / "bi.npy", bank_i2t)
     beta, k = 10.0, 2
-    i2t, t2i = rerank(s, "qbnorm", {"beta": beta, "k": k, "bank_i2t": str(tmp_path / "bi.npy"), "bank_t2i": bank_t2i})
+    from xmr.config import load_array_params
+
+    given = {"beta": beta, "k": k, "bank_i2t": str(tmp_path / "bi.npy"), "bank_t2i": bank_t2i}
+    with pytest.raises(XmrError, match="pass the array"):  # re-ranking opens no files
+        rerank(s, "qbnorm", given)
+    i2t, t2i = rerank(s, "qbnorm", load_array_params(given, "qbnorm"))  # the CLI's .npy loading
     active_caps = {j for b in range(4) for j in np.argsort(-bank_i2t[b], kind="stable")[:k]}
     active_imgs = {i for b in range(7) for i in np.argsort(-bank_t2i[:, b], kind="stable")[:k]}
     exp_i2t = np.array(s, dtype=np.float64)

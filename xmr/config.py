@@ -164,3 +164,41 @@ def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> d
     if cfg.get("features", {}).get("backbone"):
         cfg["backbone_cfg"] = load_backbone_config(cfg["features"]["backbone"], config_dir)
     return cfg
+
+
+def rerank_config_dirs() -> list[Path]:
+    """Where ``rerank/<name>.yaml`` is looked up: ``$XMR_CONFIG_DIR``, the repository's config/, ./config."""
+    dirs = []
+    if os.environ.get("XMR_CONFIG_DIR"):
+        dirs.append(Path(os.environ["XMR_CONFIG_DIR"]))
+    dirs.append(Path(__file__).resolve().parents[1] / "config")  # the repository's config/ (editable install)
+    dirs.append(Path("config"))
+    return dirs
+
+
+def load_rerank_rows(name: str) -> tuple[Path | None, dict]:
+    """``(path, rows)`` of ``config/rerank/<name>.yaml`` (per-dataset parameter rows), or ``(None, {})``. Read at
+    the edges (CLI, results, report, inference) and passed to :mod:`xmr.rerank` as plain values."""
+    for d in rerank_config_dirs():
+        p = d / "rerank" / f"{name}.yaml"
+        if p.exists():
+            return p, load_yaml(p)
+    return None, {}
+
+
+def load_array_params(params: dict | None, what: str) -> dict:
+    """``params`` with every string value ending in ``.npy`` replaced by the array in that file (re-rankers take
+    arrays, e.g. QB-Norm's query bank; the CLI and the workflow pass paths)."""
+    import numpy as np
+
+    out = dict(params or {})
+    for k, v in out.items():
+        if isinstance(v, (str, os.PathLike)) and str(v).endswith(".npy"):
+            path = Path(v)
+            if not path.exists():
+                raise XmrError(f"{what}: {k}={path}: file not found")
+            try:
+                out[k] = np.load(path)
+            except (ValueError, OSError) as e:
+                raise XmrError(f"{what}: {k}={path}: not a .npy array ({e})") from None
+    return out

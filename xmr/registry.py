@@ -55,3 +55,43 @@ def import_submodules(package: str) -> None:
     for info in pkgutil.iter_modules(pkg.__path__):
         if not info.name.startswith("_"):
             importlib.import_module(f"{package}.{info.name}")
+
+
+PLUGINS_ENV = "XMR_PLUGINS"
+
+
+def import_plugins() -> list[str]:
+    """Import the extra modules named in ``$XMR_PLUGINS`` (comma-separated module names or paths to ``.py``
+    files), so that methods, re-rankers, ... written outside the package register themselves like the built-in
+    ones (timm-style registries). Called when the method and re-ranker registries load; importing twice is a no-op.
+    Returns the module names."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    from pathlib import Path
+
+    names = []
+    for item in filter(None, (s.strip() for s in os.environ.get(PLUGINS_ENV, "").split(","))):
+        if item.endswith(".py"):
+            path = Path(item).resolve()
+            name = f"xmr_plugin_{path.stem}"
+            if name not in sys.modules:
+                if not path.exists():
+                    raise XmrError(f"${PLUGINS_ENV}: {item}: file not found")
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module  # before exec: a plugin may import the registries that import it
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+        else:
+            name = item
+            try:
+                importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                raise XmrError(f"${PLUGINS_ENV}: cannot import {item!r} ({e}); check the name and PYTHONPATH") from None
+        names.append(name)
+    return names

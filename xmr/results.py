@@ -27,12 +27,15 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     sims = np.load(sims_path)
     ds = cfg["dataset_cfg"]
     protocols = cfg["eval"]["protocols"] or ds["protocols"]
-    params = None
+    params = arrays = None
     if rerank:
+        from xmr.config import load_array_params, load_rerank_rows
         from xmr.rerank import default_params
 
-        params = default_params(rerank, ds["rerank_defaults"]) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
+        rows = load_rerank_rows(rerank)[1]
+        params = default_params(rerank, ds["rerank_defaults"], rows) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
             | dict(rerank_params or {})
+        arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
         from xmr.data import load_split
@@ -45,7 +48,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     for p in protocols:
         kw = {"image_labels": labels} if p == "cub" else {"subsets": subsets}
         by_protocol[p] = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"],
-                                       rerank=rerank, rerank_params=params, **kw)
+                                       rerank=rerank, rerank_params=arrays, **kw)
     head = by_protocol[protocols[0]]
     train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
     result = {**head, "protocol": protocols[0], "protocols": by_protocol, "dataset": cfg["dataset"],

@@ -2,9 +2,9 @@ import sys
 
 from snakemake.utils import min_version, validate
 
-from xmr.models.text_precomputed import recipe_text_feature_files
 from xmr.doctor import workflow_preflight
-from xmr.workflow import job_resource, parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
+from xmr.layout import (job_resource, parse_target, recipe_features, recipe_image_inputs, recipe_path,
+                        recipe_text_feature_files, rerank_inputs, rerank_options, run_dir)
 
 min_version("9.0")
 
@@ -26,7 +26,7 @@ wildcard_constraints:
 
 
 def res(kind, key):
-    """Resource `key` of job kind `kind` (xmr.workflow.job_resource: per dataset, per split for extraction)."""
+    """Resource `key` of job kind `kind` (xmr.layout.job_resource: per dataset, per split for extraction)."""
 
     def f(wildcards):
         return job_resource(config["resources"], kind, key, wildcards.get("dataset", ""), wildcards.get("split", ""))
@@ -52,6 +52,6 @@ def train_inputs(wc):
 
 
 def score_inputs(wc):
-    return {"ckpt": f"runs/{wc.dataset}/{wc.recipe}/best.pt",
+    return {"ckpt": str(run_dir(wc.dataset, wc.recipe) / "best.pt"),
             "images": recipe_image_inputs(wc.dataset, wc.recipe, "score"),
             "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["score"]}

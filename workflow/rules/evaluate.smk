@@ -2,7 +2,7 @@
 
 
 def target_run(wc):
-    return f"runs/{wc.dataset}/{target_recipe(wc)}"
+    return str(run_dir(wc.dataset, target_recipe(wc)))
 
 
 rule evaluate:

@@ -17,8 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="captions C*i .. C*i+C-1 belong to image i (default: 5)")
     p.add_argument("--ties", default="pessimistic", choices=["pessimistic", "optimistic", "index"],
                    help="order of tied scores (default: pessimistic; see docs/evaluation.md)")
-    p.add_argument("--rerank", default=None, choices=["fr", "rr", "mr", "isoftmax", "dsl", "qbnorm", "csls"],
-                   help="re-rank the matrix first (default: none)")
+    p.add_argument("--rerank", default=None, metavar="NAME",  # checked against the registry (xmr.rerank.RERANKERS)
+                   help="re-rank the matrix first with a registered re-ranker, e.g. fr, rr, dsl (default: none)")
     p.add_argument("--rerank-param", action="append", default=[], metavar="NAME=VALUE",
                    help="re-ranker parameter, repeatable (e.g. gamma1=25 for fr; bank_i2t=B.npy for qbnorm)")
     p.add_argument("--rerank-defaults", default=None, metavar="DATASET",
@@ -70,9 +70,16 @@ def run(args: argparse.Namespace) -> int:
         labels["caption_labels"] = load_array(args.caption_labels, "caption labels")
     if labels and args.protocol != "cub":
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
+    rows = {}
+    if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
+        from xmr.config import load_array_params, load_rerank_rows
+
+        rows = load_rerank_rows(args.rerank)[1]
+        params = load_array_params(params, f"re-ranker {args.rerank!r}")
     metrics = evaluate_sims(sims, protocol=args.protocol, captions_per_image=args.captions_per_image,
                             rerank=args.rerank, rerank_params=params, ties=args.ties,
-                            rerank_defaults=args.rerank_defaults, device=args.device, timing=args.timing, **labels)
+                            rerank_defaults=args.rerank_defaults, rerank_rows=rows, device=args.device,
+                            timing=args.timing, **labels)
     write_json(args.out, metrics)
     print(summary(metrics))
     return 0

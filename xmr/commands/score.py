@@ -15,7 +15,7 @@ def run(args):
     import numpy as np
 
     from xmr.io import atomic_path
-    from xmr.train.trainer import score_split
+    from xmr.inference import score_split
 
     sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress)
     with atomic_path(args.out, ".npy") as tmp:

@@ -6,7 +6,7 @@ HELP = "evaluate a trained run on its test split (dataset protocols, optional re
 def add_arguments(p):
     p.add_argument("--run", required=True, help="run directory written by `xmr train`")
     p.add_argument("--sims", required=True, help="similarity matrix from `xmr score`")
-    p.add_argument("--rerank", help="re-ranker name (fr, rr, isoftmax, dsl, qbnorm, csls)")
+    p.add_argument("--rerank", help="a registered re-ranker name (e.g. fr, rr, dsl; see xmr.rerank.RERANKERS)")
     p.add_argument("--reranks", nargs="+", metavar="NAME",
                    help="evaluate plain (none) and/or several re-rankers with their default parameters into one "
                         "JSON {by_rerank: {name: results}} (the seeded benchmark's per-run file)")

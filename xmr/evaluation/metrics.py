@@ -49,10 +49,3 @@ def mean_of(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = float(np.mean([r[key] for r in results]))
     return out
-
-
-def evaluate_sims(*args: Any, **kwargs: Any) -> dict:
-    """Alias of :func:`xmr.evaluation.protocols.evaluate_sims` (kept for the first version's import path)."""
-    from xmr.evaluation.protocols import evaluate_sims as _evaluate
-
-    return _evaluate(*args, **kwargs)

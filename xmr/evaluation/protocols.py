@@ -82,8 +82,9 @@ def _fold_slices(p: Protocol, n: int, m: int) -> list[tuple[slice, slice]]:
 def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, rerank: str | None = None,
                   rerank_params: Mapping[str, Any] | None = None, *, ties: str = "pessimistic",
                   image_labels=None, caption_labels=None, rerank_defaults: str | None = None,
-                  device: str | torch.device | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                  timing: bool = False, subsets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  rerank_rows: Mapping[str, Any] | None = None, device: str | torch.device | None = None,
+                  block_bytes: int = DEFAULT_BLOCK_BYTES, timing: bool = False,
+                  subsets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
     Returns ``{"i2t": {r1, r5, r10, medr, meanr}, "t2i": {...}, "rsum", "protocol", "ties", "rerank",
@@ -93,7 +94,8 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     ``captions_per_image`` captions).
 
     ``rerank`` names a re-ranker (:mod:`xmr.rerank`); ``rerank_params`` override the defaults of the
-    ``rerank_defaults`` dataset row (default: the protocol's dataset, e.g. coco for coco1k/coco5k).
+    ``rerank_defaults`` dataset row (default: the protocol's dataset, e.g. coco for coco1k/coco5k) of
+    ``rerank_rows`` (``config/rerank/<name>.yaml`` as read by the caller; none: the code defaults).
     ``timing=True`` adds ``"timing_s"`` (re-rank preparation and ranking wall times).
 
     ``subsets`` (``{name: {"images": bool (N,), "captions": bool (M,)}}``, e.g. a split's ``extra['subsets']``)
@@ -109,7 +111,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     spec = params = None
     if rerank not in (None, "", "none"):
         spec = RERANKERS.get(rerank)
-        params = resolve_params(rerank, rerank_params, rerank_defaults or p.rerank_dataset)
+        params = resolve_params(rerank, rerank_params, rerank_defaults or p.rerank_dataset, rerank_rows)
     elif rerank_params:
         raise XmrError("re-ranker parameters given without a re-ranker (--rerank)")
 

@@ -72,6 +72,11 @@ class RetrievalModel(nn.Module):
         """Return a dict with the total ``loss`` and any named terms (logged separately)."""
         raise NotImplementedError
 
+    def prepare(self, train_split) -> None:
+        """Hook the trainer calls once with the training split (:class:`~xmr.data.base.CaptionedSplit`) before
+        training starts: data-dependent state (CODER's concept vocabulary) is built here, so no method reads
+        data on its own. Default: nothing."""
+
     def on_train_step_end(self) -> None:
         """Hook for momentum encoders, queues, ... (called after each optimizer step)."""
 

@@ -325,18 +325,16 @@ class CODER(RetrievalModel):
         self.concept_emb[:q] = torch.from_numpy(init).to(self.concept_emb)
         self.concepts_built.fill_(True)
 
-    def prepare_training(self, train_split) -> None:
-        """Build the concepts from a :class:`~xmr.data.base.CaptionedSplit` (for a trainer that has it at hand)."""
+    def prepare(self, train_split) -> None:
+        """Build the concepts from the training split (:class:`~xmr.data.base.CaptionedSplit`); the trainer calls
+        this before the first step, a loaded checkpoint already holds them."""
         tokens = train_split.tokens or [re.findall(r"[a-z'-]+", cap.lower()) for cap in train_split.captions]
         self.build_concepts(tokens, train_split.caption_image)
 
     def _ensure_concepts(self) -> None:
-        # lazy fallback: the trainer constructs the model without captions (see docs/methods/coder.md)
-        if bool(self.concepts_built):
-            return
-        from xmr.data import load_split
-
-        self.prepare_training(load_split(self.cfg["dataset_cfg"], "train"))
+        if not bool(self.concepts_built):
+            raise XmrError("CODER: the concept vocabulary is not built; call model.prepare(train_split) (the trainer "
+                           "does) or load a trained checkpoint")
 
     def concept_vectors(self) -> torch.Tensor:
         """Y (q, D): graph convolution of the concept vectors, rows L2-normalised."""

@@ -63,7 +63,9 @@ class DivE(RetrievalModel):
                                "description": "what the text SPM reads: word embeddings (code) / encoder outputs"},
                 "text_global": {"enum": list(POOLS), "default": "mean"},
                 "text_pos_enc": {"enum": ["none", "sine1d"], "default": "sine1d"},
-                "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
+                # the released COCO BUTD script's img_pie_lr_scale = txt_pie_lr_scale (paper Table: 0.1 COCO;
+                # F30K 0.05 code / 0.01 paper; not stated for ResNeXt+BERT): the recipes set the others
+                "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 0.1,
                                  "description": "lr multiplier of the image projection + both SPMs (code)"},
                 "size_augment": SIZE_AUGMENT_SCHEMA,
                 "text_augment": TEXT_AUGMENT_SCHEMA,

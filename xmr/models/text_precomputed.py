@@ -43,20 +43,6 @@ def with_text_features_dir(cfg: dict) -> dict:
     return text
 
 
-def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, list[str]]:
-    """Precomputed text-feature files a recipe needs, for Snakemake: ``train`` (train + val split files) and
-    ``score`` (test split file); empty lists when the recipe uses no precomputed text features."""
-    from xmr.config import load_run_config
-    from xmr.workflow import recipe_path
-
-    cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
-    if cfg["text"].get("encoder") != "precomputed":
-        return {"train": [], "score": []}
-    where = with_text_features_dir(cfg)["features_dir"]
-    ds = cfg["dataset_cfg"]
-    return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
-            "score": [f"{where}/{ds['test_split']}.h5"]}
-
 
 class _SplitTable:
     """Caption rows of one split file: in memory when small, else read from HDF5 per batch."""

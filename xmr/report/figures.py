@@ -279,7 +279,7 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     import torch
 
     from xmr.train.data import image_input, image_loader_parts, load_split_images
-    from xmr.train.trainer import load_trained
+    from xmr.inference import load_trained
 
     model, cfg = load_trained(run_dir, device)
     split = split or cfg["dataset_cfg"]["test_split"]

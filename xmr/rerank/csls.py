@@ -15,7 +15,7 @@ import math
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 
 
 def topk_means(sims: torch.Tensor, k: int, block_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:

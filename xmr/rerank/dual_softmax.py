@@ -26,7 +26,7 @@ import math
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import (RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks, reject_nonpositive_scores,
+from xmr.rerank.base import (RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks, reject_nonpositive_scores,
                         require_log_probabilities)
 from xmr.rerank.fast import lse_stats
 

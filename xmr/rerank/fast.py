@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks
 
 
 # -- statistics of a matrix along each axis, computed in one streaming pass over row blocks ----------------------

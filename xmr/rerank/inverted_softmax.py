@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring
 from xmr.rerank.fast import FastRescoring
 
 

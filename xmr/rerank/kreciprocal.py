@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 
 
 def stable_topk(s: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,23 +17,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 from xmr.rerank.fast import _first_argmax, lse_stats
 
 
 def _load_bank(value, what: str, device: torch.device) -> torch.Tensor:
-    if isinstance(value, (str, Path)):
-        path = Path(value)
-        if not path.exists():
-            raise XmrError(f"re-ranker 'qbnorm': {what}={path}: file not found")
-        try:
-            value = np.load(path)
-        except (ValueError, OSError) as e:
-            raise XmrError(f"re-ranker 'qbnorm': {what}={path}: not a .npy array ({e})") from None
+    if isinstance(value, (str, Path)):  # re-ranking opens no files: the CLI/results load .npy paths
+        raise XmrError(f"re-ranker 'qbnorm': {what}={value}: pass the array (xmr.config.load_array_params loads a "
+                       f".npy path)")
     t = torch.as_tensor(value).to(device=device, dtype=torch.float32)
     if t.ndim != 2:
         raise XmrError(f"re-ranker 'qbnorm': {what} must be a 2-D similarity matrix, got shape {tuple(t.shape)}")

@@ -18,12 +18,8 @@ from xmr.data.base import CaptionedSplit, load_split
 from xmr.errors import XmrError
 from xmr.features.extract import read_image
 from xmr.features.store import FeatureFile
+from xmr.layout import feature_path  # noqa: F401 - re-exported (the trainer uses it)
 from xmr.train.e2e import image_input_settings, is_end_to_end
-
-
-def feature_path(cfg: dict, split: str) -> Path:
-    """``{features.dir}/{dataset}/{backbone}/{split}.h5``: shared by every method using that backbone."""
-    return Path(cfg["features"]["dir"]) / cfg["dataset"] / cfg["features"]["backbone"] / f"{split}.h5"
 
 
 def load_split_with_features(cfg: dict, split: str) -> tuple[CaptionedSplit, FeatureFile]:

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
 from torch.utils.data import DataLoader
@@ -23,31 +22,17 @@ from torch.utils.data import DataLoader
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
 from xmr.io import atomic_path, sha256_file, write_json
+from xmr.inference import _to, build_model, encode_split, load_trained, score_bank, score_split  # noqa: F401
 from xmr.methods import METHODS, RetrievalModel
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train.checkpoint import load_checkpoint, save_checkpoint
-from xmr.train.data import (CaptionCollate, CaptionDataset, PairCollate, PairDataset, feature_path,
-                            image_input, image_loader_parts, load_split_images)
-from xmr.train.e2e import backbone_frozen, build_image_backbone, check_image_source, is_end_to_end, loss_scale
+from xmr.train.data import PairCollate, PairDataset, feature_path, image_input, load_split_images
+from xmr.train.e2e import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
                                  positive_mask)
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
-
-
-def build_model(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
-                pretrained_backbone: bool = True) -> RetrievalModel:
-    """The run's method; end to end (``features.source: images``) with its image backbone attached as
-    ``model.image_backbone`` (``image_dim`` is then the backbone's; ``pretrained_backbone=False`` skips loading
-    the backbone's pretrained file when a checkpoint supplies the weights)."""
-    backbone = build_image_backbone(cfg, pretrained_backbone) if is_end_to_end(cfg) else None
-    if backbone is not None:
-        image_dim = backbone.feature_dim
-    model = METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
-    if backbone is not None:
-        model.image_backbone = backbone
-    return model
 
 
 class TrainForward(torch.nn.Module):
@@ -93,35 +78,6 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict) -> torch.optim.Optim
     if name == "adam":
         return torch.optim.Adam(groups, lr=optim_cfg["lr"], weight_decay=wd)
     return torch.optim.SGD(groups, lr=optim_cfg["lr"], momentum=optim_cfg["momentum"], weight_decay=wd)
-
-
-@torch.no_grad()
-def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
-                 max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode).
-    ``feats``: the split's image side from :func:`xmr.train.data.load_split_images` (features or image files)."""
-    from tqdm import tqdm
-
-    model.eval()
-    n = data.num_images if max_images is None else min(max_images, data.num_images)
-    cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
-    bs = cfg["eval"]["batch_size"]
-    text_collate = CaptionCollate(model.text.collate, data.split)
-    img_set, img_collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
-    img_workers = cfg["train"]["workers"] if is_end_to_end(cfg) else 0  # decoding images is the slow part
-    img_loader = DataLoader(img_set, batch_size=bs, collate_fn=img_collate, num_workers=img_workers)
-    cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
-    imgs, caps = [], []
-    for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
-        x, nr = image_input(b)
-        imgs.append(model.embed_images(x.to(device), None if nr is None else nr.to(device)).float().cpu())
-    for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
-        caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
-    return torch.cat(imgs), torch.cat(caps)
-
-
-def _to(batch: dict, device: torch.device) -> dict:
-    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
 
 
 def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> dict:
@@ -228,6 +184,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     val_data, val_feats = load_split_images(cfg, val_split)
     vocab_words = build_vocab_words(cfg, train_data)
     model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
+    model.prepare(train_data)  # data-dependent state (CODER's concepts); a resumed checkpoint overwrites it
     image_dim = model.image_backbone.feature_dim if e2e else train_feats.feature_dim
     optimizer = build_optimizer(model, ocfg)
     use_amp = tcfg["amp"] and device.type == "cuda"
@@ -361,52 +318,3 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
             tracker.set_tags({"best_checkpoint": str((out / "best.pt").resolve())})
     dist.cleanup(ctx)
     return summary
-
-
-def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[RetrievalModel, dict]:
-    """(model in eval mode on ``device``, resolved config) from a finished run directory."""
-    from xmr.config import load_yaml
-
-    run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
-    ck = load_checkpoint(run_dir / "best.pt", device)
-    # an end-to-end run's backbone weights are in the checkpoint: no need for the pretrained file
-    model = build_model(cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
-    model.load_state_dict(ck["model"])
-    return model.eval(), cfg
-
-
-def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
-                progress: bool = True) -> tuple[np.ndarray, dict]:
-    """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
-    dev = resolve_device(device)
-    model, cfg = load_trained(run_dir, dev)
-    split = split or cfg["dataset_cfg"]["test_split"]
-    data, feats = load_split_images(cfg, split)
-    img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
-    with torch.no_grad():
-        sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
-    return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
-                  "image_labels": data.image_labels}
-
-
-def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images: int | None = 5000,
-               device: str = "auto", progress: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
-    """QB-Norm's query bank for a run's test split: queries that are not test queries (the first ``max_images``
-    images of ``bank_split`` and their captions). Returns ``(bank_i2t, bank_t2i, info)``: bank images x test
-    captions (bank image queries over the test captions) and test images x bank captions."""
-    dev = resolve_device(device)
-    model, cfg = load_trained(run_dir, dev)
-    test_split = cfg["dataset_cfg"]["test_split"]
-    if bank_split == test_split:
-        raise XmrError(f"bank split {bank_split!r} is the test split; the bank must hold other queries (use "
-                       f"train), or evaluate qbnorm with self_bank=1 for the transductive reading")
-    bank_data, bank_images = load_split_images(cfg, bank_split)
-    test_data, test_images = load_split_images(cfg, test_split)
-    bank_img, bank_cap = encode_split(model, cfg, bank_data, bank_images, dev, max_images, progress=progress)
-    test_img, test_cap = encode_split(model, cfg, test_data, test_images, dev, progress=progress)
-    with torch.no_grad():
-        i2t = model.similarity_matrix(bank_img.to(dev), test_cap.to(dev)).float().cpu().numpy()
-        t2i = model.similarity_matrix(test_img.to(dev), bank_cap.to(dev)).float().cpu().numpy()
-    return i2t, t2i, {"bank_split": bank_split, "bank_images": len(bank_img), "bank_captions": len(bank_cap),
-                      "test_images": len(test_img), "test_captions": len(test_cap)}

@@ -1,13 +1,67 @@
-"""Helpers the Snakemake rules call (kept in the package so the Snakefile holds no logic)."""
+"""The one owner of the project's paths and target grammar (the Snakemake rules call it; nothing else builds
+these paths):
+
+- recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
+- features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
+- runs ``runs/{dataset}/{recipe}/`` (``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ...);
+- results ``results/{dataset}/{recipe}[_{reranker}].json`` (the target grammar: :func:`parse_target`,
+  :func:`target_name`).
+
+Name lists (methods, re-rankers) are read from the registries, never repeated here.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from xmr.errors import XmrError
 
-RERANKERS = ("fr", "rr", "mr", "isoftmax", "dsl", "qbnorm", "csls")
+RUNS_ROOT = "runs"
+RESULTS_ROOT = "results"
+
+
+def reranker_names() -> list[str]:
+    """Registered re-rankers (the suffixes of the target grammar)."""
+    from xmr.rerank import RERANKERS
+
+    return RERANKERS.names()
+
+
+def method_names() -> list[str]:
+    from xmr.methods import METHODS
+
+    return METHODS.names()
+
+
+def method_config_path(method: str, config_dir: str | Path = "config") -> Path:
+    return Path(config_dir) / "methods" / f"{method}.yaml"
+
+
+def feature_file(features_dir: str | os.PathLike, dataset: str, backbone: str, split: str) -> Path:
+    """``{features_dir}/{dataset}/{backbone}/{split}.h5``: shared by every method using that backbone."""
+    return Path(features_dir) / dataset / backbone / f"{split}.h5"
+
+
+def feature_path(cfg: dict, split: str) -> Path:
+    """:func:`feature_file` of a resolved run config."""
+    return feature_file(cfg["features"]["dir"], cfg["dataset"], cfg["features"]["backbone"], split)
+
+
+def run_dir(dataset: str, recipe: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+    return Path(runs_root) / dataset / recipe
+
+
+def target_name(recipe: str, reranker: str | None = None) -> str:
+    """The inverse of :func:`parse_target`: ``dvse`` + ``fr`` -> ``dvse_fr``."""
+    return f"{recipe}_{reranker}" if reranker else recipe
+
+
+def result_path(dataset: str, recipe: str, reranker: str | None = None,
+                results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
+    """``results/{dataset}/{recipe}[_{reranker}].json``."""
+    return Path(results_root) / dataset / f"{target_name(recipe, reranker)}.json"
 
 
 def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:
@@ -17,11 +71,12 @@ def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -
     if (recipes / f"{target}.yaml").exists():
         return target, None
     base, _, suffix = target.rpartition("_")
-    if suffix in RERANKERS and (recipes / f"{base}.yaml").exists():
+    rerankers = reranker_names()
+    if suffix in rerankers and (recipes / f"{base}.yaml").exists():
         return base, suffix
     known = sorted(p.stem for p in recipes.glob("*.yaml"))
     raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {recipes / (target + '.yaml')} "
-                   f"(recipes for {dataset}: {', '.join(known) or 'none'}; re-ranker suffixes: {', '.join(RERANKERS)})")
+                   f"(recipes for {dataset}: {', '.join(known) or 'none'}; re-ranker suffixes: {', '.join(rerankers)})")
 
 
 def recipe_path(dataset: str, recipe: str, config_dir: str | Path = "config") -> str:
@@ -46,7 +101,7 @@ def image_inputs(dataset: str, info: dict, splits: list[str]) -> list[str]:
     if info.get("source") == "images":
         ann = info.get("annotations") or []
         return [ann] if isinstance(ann, str) else list(ann)
-    return [f"{info['dir']}/{dataset}/{info['backbone']}/{s}.h5" for s in splits]
+    return [str(feature_file(info["dir"], dataset, info["backbone"], s)) for s in splits]
 
 
 def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
@@ -93,3 +148,18 @@ def rerank_options(run_dir: str, reranker: str | None) -> str:
     files = rerank_inputs(run_dir, reranker)
     extra = " --rerank-param " + " ".join(f"{k}={v}" for k, v in files.items()) if files else ""
     return f"--rerank {reranker}{extra}"
+
+
+def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, list[str]]:
+    """Precomputed text-feature files a recipe needs, for Snakemake: ``train`` (train + val split files) and
+    ``score`` (test split file); empty lists when the recipe uses no precomputed text features."""
+    from xmr.config import load_run_config
+    from xmr.models.text_precomputed import with_text_features_dir
+
+    cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
+    if cfg["text"].get("encoder") != "precomputed":
+        return {"train": [], "score": []}
+    where = with_text_features_dir(cfg)["features_dir"]
+    ds = cfg["dataset_cfg"]
+    return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
+            "score": [f"{where}/{ds['test_split']}.h5"]}

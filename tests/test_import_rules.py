@@ -1,0 +1,163 @@
+"""Directions of dependency inside the package, read from the source with ast (every import statement, module level
+or inside a function): the library never reaches into the workflow or the trainer, and has no import cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "xmr"
+
+
+def module_name(path: Path) -> str:
+    if not path.is_relative_to(PKG.parent):  # a file written by a test
+        return path.stem
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path) -> list[str]:
+    """Dotted names a file imports (``from a.b import c`` gives ``a.b`` and ``a.b.c``), relative imports resolved."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package
+                for _ in range(node.level - 1):
+                    pkg = pkg.rpartition(".")[0]
+                base = f"{pkg}.{base}" if base else pkg
+            out += [base] + [f"{base}.{a.name}" for a in node.names]
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports. Importing ``xmr.a.b`` also runs ``xmr/a/__init__.py``, so the
+    parent packages count as imported too, except the top-level ``xmr`` (its ``__init__`` imports nothing at
+    import time: ``xmr.load`` imports the inference module when called)."""
+    files = {module_name(p): p for p in PKG.rglob("*.py")}
+
+    def owner(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        deps = set()
+        for name in imported_names(path):
+            target = owner(name) if name.split(".")[0] == "xmr" else None
+            if target is None:
+                continue
+            deps.add(target)
+            parent = target.rpartition(".")[0]
+            while parent and parent != "xmr":
+                deps.add(parent)
+                parent = parent.rpartition(".")[0]
+        deps.discard(mod)
+        deps -= {p for p in deps if mod.startswith(p + ".")}  # a package's own __init__ runs first anyway
+        graph[mod] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(v: str) -> list[str] | None:
+        state[v] = 1
+        path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state and (found := visit(w)):
+                return found
+        path.pop()
+        state[v] = 2
+        return None
+
+    for v in sorted(graph):
+        if v not in state and (found := visit(v)):
+            return found
+    return None
+
+
+def test_graph_reader_sees_the_edges_it_should():
+    # guards the checks below against a reader that finds nothing
+    graph = import_graph()
+    assert "xmr.inference" in graph["xmr.train.trainer"]
+    assert "xmr.inference" in graph["xmr.commands.score"]  # imported inside run(): still counted
+    assert "xmr.rerank" in graph["xmr.evaluation.protocols"]
+    assert {"xmr.train", "xmr.train.data"} <= graph["xmr.inference"]  # parent package counted
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_module_imports_the_workflow_helpers():
+    offenders = sorted(m for m, deps in import_graph().items() if any(d == "xmr.workflow" for d in deps))
+    assert offenders == []
+    assert not (PKG / "workflow.py").exists()  # paths and targets live in xmr.layout
+
+
+def test_only_the_train_package_imports_the_trainer():
+    # the `xmr train` command is the trainer's one thin CLI wrapper; everything else uses xmr.inference
+    allowed = {"xmr.commands.train"}
+    offenders = sorted(m for m, deps in import_graph().items() if "xmr.train.trainer" in deps
+                       and not m.startswith("xmr.train.") and m != "xmr.train" and m not in allowed)
+    assert offenders == []
+
+
+def test_inference_never_imports_the_trainer():
+    graph = import_graph()
+    assert "xmr.train.trainer" not in graph["xmr.inference"]
+    assert "xmr.train.trainer" not in graph["xmr.commands.search"]
+
+
+def test_import_graph_has_no_cycle():
+    assert find_cycle(import_graph()) is None
+
+
+FILE_CALLS = {"read_text", "read_bytes", "open", "load_yaml", "safe_load", "exists", "is_file", "glob", "iterdir"}
+FILE_MODULES = {"yaml", "h5py", "xmr.config", "xmr.io", "pickle"}
+
+
+def file_access(path: Path) -> list[str]:
+    """Calls and imports through which a module reads files: ``open``, ``Path.read_text``/``exists``/...,
+    ``np.load``/``torch.load``/``json.load``, imports of yaml/h5py/the config loader."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in ("open", "load_yaml"):
+                out.append(f"{path.name}:{node.lineno}: {f.id}()")
+            elif isinstance(f, ast.Attribute) and (f.attr in FILE_CALLS or (
+                    f.attr in ("load", "loadtxt", "fromfile") and isinstance(f.value, ast.Name)
+                    and f.value.id in ("np", "numpy", "torch", "json"))):
+                out.append(f"{path.name}:{node.lineno}: .{f.attr}()")
+    out += [f"{path.name}: imports {name}" for name in imported_names(path) if name in FILE_MODULES]
+    return out
+
+
+def test_file_access_reader_finds_reads(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import numpy as np\nfrom xmr.config import load_yaml\n\ndef f(x):\n    return np.load(x), "
+                 "open(x), x.read_text()\n")
+    assert len(file_access(p)) == 4
+
+
+def test_evaluation_and_reranking_open_no_files():
+    """Config and arrays are read at the edges (CLI, results, report, inference) and passed in as values."""
+    found = [hit for sub in ("evaluation", "rerank") for p in sorted((PKG / sub).glob("*.py")) for hit in file_access(p)]
+    assert found == []
+
+
+def test_methods_load_no_data():
+    """Data-dependent state comes in through RetrievalModel.prepare(train_split), which the trainer calls."""
+    graph = import_graph()
+    offenders = sorted(m for m, deps in graph.items() if m.startswith("xmr.methods") and "xmr.data" in {
+        d if not d.startswith("xmr.data.") else "xmr.data" for d in deps})
+    assert offenders == []

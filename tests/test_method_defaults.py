@@ -1,0 +1,122 @@
+"""One source of defaults: the Python/JSON schemas. config/methods/*.yaml holds only the settings that differ
+from them, and no default is written twice with two values."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from xmr.config import deep_merge, load_schema, validate
+from xmr.errors import XmrError
+from xmr.methods import METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+METHOD_YAMLS = sorted((REPO / "config" / "methods").glob("*.yaml"))
+
+
+def resolve(doc: dict) -> dict:
+    """A method file as the loader resolves it (run schema, then the method's schema, defaults filled)."""
+    cfg = deep_merge({"features": {}}, deep_merge(doc, {"dataset": "synth"}))
+    validate(cfg, "run", "method file")
+    validate(cfg, METHODS.get(cfg["method"]).schema, "method file")
+    return cfg
+
+
+def leaf_paths(d: dict, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    for k, v in d.items():
+        out += leaf_paths(v, prefix + (k,)) if isinstance(v, dict) and v else [prefix + (k,)]
+    return out
+
+
+def without(doc: dict, path: tuple) -> dict:
+    doc = copy.deepcopy(doc)
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    del node[path[-1]]
+    return doc
+
+
+def restated_defaults(doc: dict) -> list[str]:
+    """Keys whose removal leaves the resolved config unchanged (they repeat what the schema already says)."""
+    full = resolve(doc)
+    out = []
+    for path in leaf_paths(doc):
+        if path == ("method",):
+            continue
+        try:
+            same = resolve(without(doc, path)) == full
+        except XmrError:  # a required key (model.embed_dim, a required section): not a default
+            same = False
+        if same:
+            out.append(".".join(path))
+    return out
+
+
+def test_the_check_catches_a_restated_default():
+    doc = yaml.safe_load((REPO / "config" / "methods" / "vsepp.yaml").read_text())
+    doc.setdefault("optim", {})["momentum"] = 0.9  # the run schema's default
+    doc["loss"]["margin"] = 0.2  # VSE++'s schema default
+    assert set(restated_defaults(doc)) == {"optim.momentum", "loss.margin"}
+
+
+@pytest.mark.parametrize("path", METHOD_YAMLS, ids=lambda p: p.stem)
+def test_method_yaml_restates_no_default(path):
+    doc = yaml.safe_load(path.read_text())
+    assert doc["method"] == path.stem
+    assert restated_defaults(doc) == [], f"{path.name}: these keys repeat the schema default; delete them"
+
+
+def schema_defaults(schema: dict, prefix: tuple = ()) -> dict[tuple, object]:
+    out = {}
+    for k, sub in schema.get("properties", {}).items():
+        if "default" in sub and sub["default"] != {}:
+            out[prefix + (k,)] = sub["default"]
+        out.update(schema_defaults(sub, prefix + (k,)))
+    return out
+
+
+def test_run_schema_and_method_schemas_agree_on_shared_defaults():
+    run = schema_defaults(load_schema("run"))
+    assert run[("optim", "lr")] == 0.0002  # the walker reads nested defaults
+    for name, cls in METHODS.items():
+        for path, value in schema_defaults(cls.schema).items():
+            if path in run:
+                assert value == run[path], f"{'.'.join(path)}: run schema {run[path]!r}, {name} schema {value!r}"
+
+
+def _code_fallbacks() -> list[tuple[str, int, str, object]]:
+    """``section.get("key", literal)`` in the model code: a second place a default can be written."""
+    out = []
+    for sub in ("methods", "models", "losses", "train"):
+        for f in sorted((REPO / "xmr" / sub).glob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                        and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+                        and isinstance(node.args[0].value, str)):
+                    try:
+                        value = ast.literal_eval(node.args[1])
+                    except ValueError:
+                        continue
+                    if not isinstance(value, dict):  # .get("text", {}) reaches a section, not a value
+                        out.append((f"{sub}/{f.name}", node.lineno, node.args[0].value, value))
+    return out
+
+
+def test_code_fallbacks_equal_the_schema_default():
+    """Where code falls back to a default for a config key, it is the schema's (keys with one default only)."""
+    by_key: dict[str, set] = {}
+    for schema in [load_schema("run")] + [cls.schema for _, cls in METHODS.items()]:
+        for path, value in schema_defaults(schema).items():
+            by_key.setdefault(path[-1], set()).add(repr(value))
+    fallbacks = _code_fallbacks()
+    assert any(key == "max_len" for _, _, key, _ in fallbacks)  # the scan finds the text encoders' fallbacks
+    bad = [f"{where}:{line}: {key} falls back to {value!r}, the schema says {by_key[key]}"
+           for where, line, key, value in fallbacks
+           if key in by_key and len(by_key[key]) == 1 and repr(value) not in by_key[key]]
+    assert bad == []

@@ -1,0 +1,129 @@
+"""A new method is one module plus one YAML file, a new re-ranker one module: both written outside the repository,
+named in $XMR_PLUGINS, trained and evaluated through the workflow's target grammar and commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from xmr.layout import parse_target, result_path, run_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+TOY_PLUGIN = '''
+"""A toy method (mean-pooled features -> linear, mean-pooled BiGRU words) and a toy re-ranker (scores x factor)."""
+import torch
+import torch.nn.functional as F
+
+from xmr.losses.triplet import triplet_loss
+from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.models.pooling import mean_pool
+from xmr.models.text import build_text_encoder
+from xmr.rerank.base import RERANKERS, RerankerSpec, Rescoring
+
+
+@METHODS.register("toy")
+class Toy(RetrievalModel):
+    schema = {"type": "object", "properties": {
+        "model": strict_section({"embed_dim": {"type": "integer", "minimum": 1}}),
+        "loss": strict_section({"margin": {"type": "number", "minimum": 0, "default": 0.2}}),
+    }}
+
+    def __init__(self, cfg, image_dim, vocab_words):
+        super().__init__(cfg, image_dim, vocab_words)
+        self.proj = torch.nn.Linear(image_dim, self.embed_dim)
+        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+
+    def encode_image(self, feats, num_regions):
+        return F.normalize(self.proj(mean_pool(feats, num_regions)), dim=-1)
+
+    def encode_text(self, batch):
+        h, lengths = self.text(batch)
+        return F.normalize(mean_pool(h, lengths), dim=-1)
+
+    def compute_loss(self, img, txt, pos_mask, epoch):
+        return {"loss": triplet_loss(img @ txt.t(), pos_mask, self.cfg["loss"]["margin"], True, "sum")}
+
+
+class Scaled(Rescoring):
+    def __init__(self, sims, factor, block_bytes):
+        super().__init__(sims, block_bytes)
+        self.factor = factor
+
+    def i2t_block(self, rows, cols):
+        return self.factor * self.sims[rows, cols]
+
+    t2i_block = i2t_block
+
+
+RERANKERS.register("twice")(RerankerSpec(
+    name="twice", summary="toy: every score times factor (rankings unchanged)", defaults={"factor": 2.0},
+    prepare=lambda sims, p, ctx: Scaled(sims, p["factor"], ctx.block_bytes)))
+'''
+
+
+def _git_state() -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def _xmr(env, cwd, *args) -> str:
+    r = subprocess.run([sys.executable, "-m", "xmr", *args], env=env, cwd=cwd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
+    before = _git_state()
+    plugin = tmp_path / "toy_plugin.py"
+    plugin.write_text(TOY_PLUGIN)
+    # the one YAML file: the toy recipe, in the project's recipe folder (here: the tiny project's)
+    recipe = tiny_synth.config_dir / "recipes" / "synth" / "toy.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(yaml.safe_dump({
+        "method": "toy", "dataset": "synth",
+        "features": {"backbone": "efficientnet_lite0", "dir": str(tiny_synth.features_dir)},
+        "model": {"embed_dim": 16}, "loss": {}, "text": {"hidden_dim": 16},
+        "optim": {"lr": 0.001}, "train": {"epochs": 1, "batch_size": 256, "val_max_images": 10},
+        "eval": {"batch_size": 64}, "tracking": {"enabled": False}}))
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XMR_PLUGINS=str(plugin))
+    project = tiny_synth.root
+    cfg_dir = tiny_synth.config_dir
+
+    # the target grammar: results/synth/toy.json trains recipe toy; toy_twice re-ranks it with `twice`
+    assert parse_target("synth", "toy", cfg_dir) == ("toy", None)
+    with pytest.raises(Exception, match="re-ranker suffixes"):
+        parse_target("synth", "toy_twice", cfg_dir)  # without the plugin `twice` is no re-ranker
+    check = subprocess.run([sys.executable, "-c", "from xmr.layout import parse_target; "
+                            f"print(parse_target('synth', 'toy_twice', {str(cfg_dir)!r}))"],
+                           env=env, capture_output=True, text=True)
+    assert check.stdout.strip() == "('toy', 'twice')", check.stderr
+
+    # the commands the workflow's rules run (train, score, test), from the project folder
+    run = run_dir("synth", "toy")
+    _xmr(env, project, "train", "--config", str(recipe), "--out-dir", str(run), "--no-progress")
+    import torch
+
+    last = torch.load(project / run / "last.pt", map_location="cpu", weights_only=True)
+    assert last["step"] == 1 and last["epoch"] == 0  # 240 training captions in one batch of 256: one step
+    sims = project / run / "test_sims.npy"
+    _xmr(env, project, "score", "--run", str(run), "--out", str(sims), "--no-progress", "--device", "cpu")
+    plain_out, twice_out = result_path("synth", "toy"), result_path("synth", "toy", "twice")
+    assert (str(plain_out), str(twice_out)) == ("results/synth/toy.json", "results/synth/toy_twice.json")
+    (project / plain_out).parent.mkdir(parents=True, exist_ok=True)
+    _xmr(env, project, "test", "--run", str(run), "--sims", str(sims), "--out", str(plain_out), "--no-tracking")
+    _xmr(env, project, "test", "--run", str(run), "--sims", str(sims), "--rerank", "twice", "--out", str(twice_out),
+         "--no-tracking")
+    plain = json.loads((project / plain_out).read_text())
+    twice = json.loads((project / twice_out).read_text())
+    assert plain["method"] == "toy" and plain["rerank"] == "none"
+    assert twice["rerank"] == "twice" and twice["rerank_params"] == {"factor": 2.0}
+    # scaling every score by 2 keeps every ranking, so every recall is the plain one
+    assert twice["i2t"] == plain["i2t"] and twice["t2i"] == plain["t2i"] and twice["rsum"] == plain["rsum"]
+    assert _git_state() == before  # nothing in the repository was touched

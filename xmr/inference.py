@@ -1,0 +1,314 @@
+"""Inference: build or load a trained model, encode, score and search — no training objects.
+
+The trainer (:mod:`xmr.train.trainer`), ``xmr score``/``xmr score-bank``, the report and the public API
+(:func:`xmr.load`) all use this module. Library/training split after open_clip: this module never imports the
+trainer.
+
+    import xmr
+    m = xmr.load("runs/synth/dvse")          # run dir, checkpoint (.pt) or MLflow run id
+    txt = m.encode_text(["a red circle left of a square"])
+    img = m.encode_image(["data/synth/images/000001.png"])   # image files, through the configured backbone
+    scores = m.similarity(img, txt)          # the method's own measure (set-based ones included)
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from xmr.errors import XmrError
+from xmr.methods import METHODS, RetrievalModel
+from xmr.train.checkpoint import load_checkpoint
+from xmr.train.data import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
+from xmr.train.e2e import build_image_backbone, image_input_settings, is_end_to_end
+from xmr.utils import resolve_device
+
+
+def build_model(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
+                pretrained_backbone: bool = True) -> RetrievalModel:
+    """The run's method; end to end (``features.source: images``) with its image backbone attached as
+    ``model.image_backbone`` (``image_dim`` is then the backbone's; ``pretrained_backbone=False`` skips loading
+    the backbone's pretrained file when a checkpoint supplies the weights)."""
+    backbone = build_image_backbone(cfg, pretrained_backbone) if is_end_to_end(cfg) else None
+    if backbone is not None:
+        image_dim = backbone.feature_dim
+    model = METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
+    if backbone is not None:
+        model.image_backbone = backbone
+    return model
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
+                 max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode).
+    ``feats``: the split's image side from :func:`xmr.train.data.load_split_images` (features or image files)."""
+    from tqdm import tqdm
+
+    model.eval()
+    n = data.num_images if max_images is None else min(max_images, data.num_images)
+    cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
+    bs = cfg["eval"]["batch_size"]
+    text_collate = CaptionCollate(model.text.collate, data.split)
+    img_set, img_collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
+    img_workers = cfg["train"]["workers"] if is_end_to_end(cfg) else 0  # decoding images is the slow part
+    img_loader = DataLoader(img_set, batch_size=bs, collate_fn=img_collate, num_workers=img_workers)
+    cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
+    imgs, caps = [], []
+    for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
+        x, nr = image_input(b)
+        imgs.append(model.embed_images(x.to(device), None if nr is None else nr.to(device)).float().cpu())
+    for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
+        caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
+    return torch.cat(imgs), torch.cat(caps)
+
+
+def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
+                 checkpoint: str | os.PathLike | None = None) -> tuple[RetrievalModel, dict]:
+    """(model in eval mode on ``device``, resolved config) from a finished run directory (``best.pt``, or
+    ``checkpoint`` when given). Only the weights are read: no optimizer state."""
+    from xmr.config import load_yaml
+
+    run_dir = Path(run_dir)
+    cfg = load_yaml(run_dir / "config.yaml")
+    ck = load_checkpoint(checkpoint or run_dir / "best.pt", device)
+    # an end-to-end run's backbone weights are in the checkpoint: no need for the pretrained file
+    model = build_model(cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
+    model.load_state_dict(ck["model"])
+    return model.eval(), cfg
+
+
+def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
+                progress: bool = True) -> tuple[np.ndarray, dict]:
+    """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev)
+    split = split or cfg["dataset_cfg"]["test_split"]
+    data, feats = load_split_images(cfg, split)
+    img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
+    with torch.no_grad():
+        sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
+    return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
+                  "image_labels": data.image_labels}
+
+
+def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images: int | None = 5000,
+               device: str = "auto", progress: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """QB-Norm's query bank for a run's test split: queries that are not test queries (the first ``max_images``
+    images of ``bank_split`` and their captions). Returns ``(bank_i2t, bank_t2i, info)``: bank images x test
+    captions (bank image queries over the test captions) and test images x bank captions."""
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev)
+    test_split = cfg["dataset_cfg"]["test_split"]
+    if bank_split == test_split:
+        raise XmrError(f"bank split {bank_split!r} is the test split; the bank must hold other queries (use "
+                       f"train), or evaluate qbnorm with self_bank=1 for the transductive reading")
+    bank_data, bank_images = load_split_images(cfg, bank_split)
+    test_data, test_images = load_split_images(cfg, test_split)
+    bank_img, bank_cap = encode_split(model, cfg, bank_data, bank_images, dev, max_images, progress=progress)
+    test_img, test_cap = encode_split(model, cfg, test_data, test_images, dev, progress=progress)
+    with torch.no_grad():
+        i2t = model.similarity_matrix(bank_img.to(dev), test_cap.to(dev)).float().cpu().numpy()
+        t2i = model.similarity_matrix(test_img.to(dev), bank_cap.to(dev)).float().cpu().numpy()
+    return i2t, t2i, {"bank_split": bank_split, "bank_images": len(bank_img), "bank_captions": len(bank_cap),
+                      "test_images": len(test_img), "test_captions": len(test_cap)}
+
+
+# -- the public API -----------------------------------------------------------------------------------------------
+
+def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
+    """``(run_dir, checkpoint)`` of a run directory, a checkpoint file inside one, or an MLflow run id (its
+    ``best_checkpoint`` tag, set by the trainer; the store is ``$MLFLOW_TRACKING_URI`` or ``sqlite:///mlflow.db``)."""
+    p = Path(run)
+    if p.is_dir():
+        return p, p / "best.pt"
+    if p.is_file():
+        return p.parent, p
+    if p.suffix == ".pt" or os.sep in str(run):
+        raise XmrError(f"{run}: no such run directory or checkpoint; train it first (`xmr train`)")
+    from xmr.tracking import tracking_uri
+
+    try:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking_uri())
+        tags = mlflow.get_run(str(run)).data.tags
+    except Exception as e:  # noqa: BLE001 - an unknown id or an unreachable store: one line for the user
+        raise XmrError(f"{run}: not a run directory, checkpoint or MLflow run id in {tracking_uri()} "
+                       f"({type(e).__name__})") from None
+    ck = tags.get("best_checkpoint")
+    if not ck or not Path(ck).is_file():
+        raise XmrError(f"MLflow run {run}: its best_checkpoint tag ({ck or 'none'}) names no file on this machine; "
+                       f"pass the run directory instead")
+    return Path(ck).parent, Path(ck)
+
+
+class Model:
+    """A trained retrieval model for inference (eval mode, no optimizer): see :func:`xmr.load`."""
+
+    def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None) -> None:
+        self.model, self.cfg, self.device, self.run_dir = model.eval(), cfg, device, run_dir
+        self.batch_size = int(cfg["eval"]["batch_size"])
+
+    @property
+    def method(self) -> str:
+        return self.cfg["method"]
+
+    # -- encoders -----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
+        """Embeddings of free-text captions ((B, D), or (B, K, D) for set-based methods), on the CPU."""
+        from xmr.data.karpathy import tokenize
+
+        if isinstance(texts, str):
+            texts = [texts]
+        if self.cfg["text"]["encoder"] == "precomputed":
+            raise XmrError(f"{self.cfg['name']}: text.encoder is 'precomputed' (features computed offline per "
+                           f"split), so free text cannot be encoded; use a run with a text encoder")
+        out = []
+        for s in range(0, len(texts), self.batch_size):
+            chunk = list(texts[s:s + self.batch_size])
+            batch = self.model.text.collate(chunk, [tokenize(t) for t in chunk], None, None)
+            out.append(self.model.encode_text(_to(batch, self.device)).float().cpu())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def encode_image(self, images: Any = None, num_regions: Any = None, *, features: str | os.PathLike | None = None,
+                     rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Image embeddings, on the CPU, from one of:
+
+        - ``images``: precomputed features, an array (B, R, F) (``num_regions``: (B,) valid rows, default all)
+          or (B, F);
+        - ``features`` (+ ``rows``, default all): rows of a feature file written by ``xmr extract``;
+        - ``images``: a list of image file paths, run through the configured backbone (the end-to-end model's
+          own, or the run's ``backbone_cfg`` exactly as ``xmr extract`` runs it).
+        """
+        if features is not None:
+            from xmr.features.store import FeatureFile
+
+            ff = FeatureFile(features)
+            idx = list(range(len(ff.image_ids))) if rows is None else [int(r) for r in rows]
+            return self._encode_feature_rows(ff, idx)
+        if isinstance(images, (str, os.PathLike)):
+            images = [images]
+        if isinstance(images, (list, tuple)) and images and isinstance(images[0], (str, os.PathLike)):
+            return self._encode_files([Path(p) for p in images])
+        if images is None:
+            raise XmrError("encode_image: pass features (array or feature file) or image file paths")
+        x = torch.as_tensor(np.asarray(images), dtype=torch.float32)
+        if x.ndim == 2:
+            x = x.unsqueeze(1)
+        if x.ndim != 3:
+            raise XmrError(f"encode_image: features must be (B, R, F) or (B, F), got shape {tuple(x.shape)}")
+        nr = (torch.full((len(x),), x.shape[1], dtype=torch.long) if num_regions is None
+              else torch.as_tensor(np.asarray(num_regions), dtype=torch.long))
+        out = []
+        for s in range(0, len(x), self.batch_size):
+            sl = slice(s, s + self.batch_size)
+            out.append(self.model.encode_image(x[sl].to(self.device), nr[sl].to(self.device)).float().cpu())
+        return torch.cat(out)
+
+    def _encode_feature_rows(self, ff, idx: list[int]) -> torch.Tensor:
+        dataset, collate = image_loader_parts(ff, idx, self.cfg["features"]["max_regions"])
+        out = []
+        for b in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate):
+            x, nr = image_input(b)
+            out.append(self.model.embed_images(x.to(self.device), nr.to(self.device)).float().cpu())
+        return torch.cat(out)
+
+    def _encode_files(self, paths: list[Path]) -> torch.Tensor:
+        missing = [p for p in paths if not p.exists()]
+        if missing:
+            raise XmrError(f"{missing[0]}: image file not found")
+        if is_end_to_end(self.cfg):  # the fine-tuned backbone is part of the model
+            from xmr.train.data import ImageFiles
+
+            size, resize, max_size = image_input_settings(self.cfg)
+            dataset, collate = image_loader_parts(ImageFiles(paths, size, resize, max_size), list(range(len(paths))))
+            out = []
+            for b in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate):
+                out.append(self.model.embed_images(b["images"].to(self.device), None).float().cpu())
+            return torch.cat(out)
+        # precomputed features: the one extraction path (same resize, normalisation and dtype as `xmr extract`)
+        from xmr.data.base import CaptionedSplit
+        from xmr.features.extract import extract_features
+        from xmr.features.store import FeatureFile
+
+        if "backbone_cfg" not in self.cfg:
+            raise XmrError(f"{self.cfg['name']}: the run names no backbone (features.backbone), so image files "
+                           f"cannot be encoded; pass precomputed features")
+        split = CaptionedSplit(name="query", split="query", image_ids=[str(i) for i in range(len(paths))],
+                               image_paths=paths, captions=[], caption_image=np.zeros(0, dtype=np.int64))
+        with tempfile.TemporaryDirectory(prefix="xmr-query-") as tmp:
+            h5 = extract_features(split, self.cfg["backbone_cfg"], Path(tmp) / "query.h5",
+                                  batch_size=self.batch_size, workers=0, progress=False, device=str(self.device))
+            ff = FeatureFile(h5, in_memory=True)
+            return self._encode_feature_rows(ff, list(range(len(paths))))
+
+    # -- scoring ------------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def similarity(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> np.ndarray:
+        """(N images, M texts) scores under the method's own evaluation measure (as ``xmr score`` computes them)."""
+        img = torch.as_tensor(image_emb).to(self.device)
+        txt = torch.as_tensor(text_emb).to(self.device)
+        return self.model.similarity_matrix(img, txt).float().cpu().numpy()
+
+    def search(self, queries: Sequence[str] | torch.Tensor, gallery: torch.Tensor, k: int = 5,
+               rerank: str | None = None, queries_are: str | None = None,
+               rerank_params: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` gallery items per query: ``(indices (Q, k), scores (Q, k))``, best first.
+
+        ``queries``: caption strings (searched over a gallery of image embeddings), or embeddings from
+        :meth:`encode_text` / :meth:`encode_image` with ``queries_are`` ``"text"`` or ``"image"`` (the gallery is
+        then the other modality). ``rerank``: a registered re-ranker name (e.g. ``fr``, ``dsl``) applied to the
+        query x gallery matrix with its default parameters (or ``rerank_params``)."""
+        if not isinstance(queries, torch.Tensor) and not isinstance(queries, np.ndarray):
+            queries, queries_are = self.encode_text(list(queries)), "text"
+        if queries_are not in ("text", "image"):
+            raise XmrError("search: with embeddings as queries, say queries_are='text' or 'image'")
+        if queries_are == "text":
+            sims = self.similarity(gallery, queries)  # images x captions
+        else:
+            sims = self.similarity(queries, gallery)
+        if rerank:
+            from xmr.config import load_array_params, load_rerank_rows
+            from xmr.rerank import default_params, rerank as apply_rerank
+
+            ds = self.cfg["dataset_cfg"].get("rerank_defaults") or self.cfg.get("dataset")
+            params = default_params(rerank, ds, load_rerank_rows(rerank)[1]) \
+                | dict(self.cfg["eval"]["rerank"].get(rerank, {})) | load_array_params(rerank_params, rerank)
+            i2t, t2i = apply_rerank(sims, rerank, params)
+            scores = t2i.T if queries_are == "text" else i2t
+            scores = scores.float().cpu().numpy() if torch.is_tensor(scores) else np.asarray(scores)
+        else:
+            scores = sims.T if queries_are == "text" else sims
+        k = min(int(k), scores.shape[1])
+        idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return idx, np.take_along_axis(scores, idx, axis=1)
+
+    def encode_split(self, split: str | None = None) -> dict[str, Any]:
+        """A split of the run's dataset as a gallery: ``image_ids``, ``image_emb``, ``captions``
+        (with ``caption_image``: the index of each caption's image), ``text_emb``."""
+        split = split or self.cfg["dataset_cfg"]["test_split"]
+        data, feats = load_split_images(self.cfg, split)
+        img, cap = encode_split(self.model, self.cfg, data, feats, self.device)
+        return {"split": split, "image_ids": list(data.image_ids), "image_emb": img,
+                "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image], "text_emb": cap}
+
+
+def load(run: str | os.PathLike, device: str = "auto") -> Model:
+    """A trained model for inference from a run directory, a checkpoint path or an MLflow run id."""
+    run_dir, ck = resolve_run(run)
+    dev = resolve_device(device)
+    model, cfg = load_trained(run_dir, dev, checkpoint=ck)
+    return Model(model, cfg, dev, run_dir)
