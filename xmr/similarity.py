@@ -149,7 +149,14 @@ def _measure_params(measure: str, alpha: float, params: dict[str, Any]) -> dict[
 
 def _as_sets(x, what: str) -> torch.Tensor:
     """numpy/torch (B, D) or (B, S, D) -> float32 tensor (B, S, D) (a view when possible)."""
-    t = torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x
+    if not isinstance(x, torch.Tensor):
+        a = np.asarray(x)
+        if a.dtype.kind not in "biuf":  # strings, objects, complex: never silently cast
+            raise XmrError(f"{what} have dtype {a.dtype}; expected real numbers (float or int)")
+        x = torch.as_tensor(a)
+    elif x.is_complex():
+        raise XmrError(f"{what} hold complex numbers ({x.dtype}); give real values")
+    t = x
     if t.ndim == 2:
         t = t[:, None, :]
     if t.ndim != 3:

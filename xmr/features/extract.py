@@ -217,7 +217,11 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     try:
         _run(backbone, loader, starts, writer, dev, np_dtype, given_boxes, padded, bar)
     except XmrError as e:
+        writer.abandon()  # finished shards stay for the rerun; a lone settings stamp does not
         raise XmrError(_worker_message(str(e))) from None
+    except BaseException:
+        writer.abandon()
+        raise
     bar.close()
     return writer.finish(split.image_ids, dtype=dtype)
 

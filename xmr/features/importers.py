@@ -125,14 +125,18 @@ def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLi
         "source_split": src_split, "weights_sha256": "unknown",
         "dataset": split.name if split else None, "split": split.split if split else src_split, "dtype": dtype,
     })
-    np_dtype = np.float16 if dtype == "float16" else np.float32
-    bar = tqdm(total=n, desc=f"import {files.ims_path.name}", unit="img", disable=not progress)
-    for s in range(0, n, block):
-        chunk = np.asarray(arr[s: s + block], dtype=np_dtype)
-        writer.write(s, chunk, np.full(len(chunk), chunk.shape[1]), rows=rows[s: s + block])
-        bar.update(len(chunk))
-    bar.close()
-    return writer.finish(list(out_ids), dtype=dtype)
+    try:  # a rejected source leaves nothing behind (not even the settings stamp)
+        np_dtype = np.float16 if dtype == "float16" else np.float32
+        bar = tqdm(total=n, desc=f"import {files.ims_path.name}", unit="img", disable=not progress)
+        for s in range(0, n, block):
+            chunk = np.asarray(arr[s: s + block], dtype=np_dtype)
+            writer.write(s, chunk, np.full(len(chunk), chunk.shape[1]), rows=rows[s: s + block])
+            bar.update(len(chunk))
+        bar.close()
+        return writer.finish(list(out_ids), dtype=dtype)
+    except BaseException:
+        writer.abandon(keep_shards=False)
+        raise
 
 
 @dataclass
@@ -227,61 +231,65 @@ def import_butd_tsv(paths: list[str | os.PathLike], out: str | os.PathLike, spli
         "weights_sha256": "unknown", "dataset": split.name if split else None,
         "split": split.split if split else None, "dtype": dtype,
     })
-    np_dtype = np.float16 if dtype == "float16" else np.float32
-    buf: list[tuple[int, TsvRecord]] = []
-    seen: dict[int, tuple[Path, int, str]] = {}  # row -> where it came from (no arrays kept)
-    seen_ids: dict[str, int] = {}
-    written = skipped = 0
-    feat_dim: tuple[int, TsvRecord] | None = None
+    try:  # a rejected source leaves nothing behind (not even the settings stamp)
+        np_dtype = np.float16 if dtype == "float16" else np.float32
+        buf: list[tuple[int, TsvRecord]] = []
+        seen: dict[int, tuple[Path, int, str]] = {}  # row -> where it came from (no arrays kept)
+        seen_ids: dict[str, int] = {}
+        written = skipped = 0
+        feat_dim: tuple[int, TsvRecord] | None = None
 
-    def flush() -> None:
-        nonlocal written
-        if not buf:
-            return
-        k = max(len(rec.boxes) for _, rec in buf)
-        feats = np.zeros((len(buf), k, feat_dim[0]), dtype=np_dtype)
-        boxes = np.zeros((len(buf), k, 4), dtype=np.float32)
-        for i, (_, rec) in enumerate(buf):
-            feats[i, : len(rec.boxes)] = rec.features
-            boxes[i, : len(rec.boxes)] = rec.boxes
-        writer.write(written, feats, np.asarray([len(rec.boxes) for _, rec in buf]), boxes,
-                     rows=np.asarray([r for r, _ in buf]),
-                     image_wh=np.asarray([[rec.image_w, rec.image_h] for _, rec in buf]),
-                     image_ids=[rec.image_id for _, rec in buf])
-        written += len(buf)
-        buf.clear()
+        def flush() -> None:
+            nonlocal written
+            if not buf:
+                return
+            k = max(len(rec.boxes) for _, rec in buf)
+            feats = np.zeros((len(buf), k, feat_dim[0]), dtype=np_dtype)
+            boxes = np.zeros((len(buf), k, 4), dtype=np.float32)
+            for i, (_, rec) in enumerate(buf):
+                feats[i, : len(rec.boxes)] = rec.features
+                boxes[i, : len(rec.boxes)] = rec.boxes
+            writer.write(written, feats, np.asarray([len(rec.boxes) for _, rec in buf]), boxes,
+                         rows=np.asarray([r for r, _ in buf]),
+                         image_wh=np.asarray([[rec.image_w, rec.image_h] for _, rec in buf]),
+                         image_ids=[rec.image_id for _, rec in buf])
+            written += len(buf)
+            buf.clear()
 
-    bar = tqdm(desc="import tsv", unit="img", disable=not progress)
-    for rec in read_butd_tsv(paths):
-        if split is None:
-            row = written + len(buf)
-        elif rec.image_id in lookup:
-            row = lookup[rec.image_id]
-        else:
-            skipped += 1
-            continue
-        row = seen_ids.get(rec.image_id, row)
-        if row in seen:
-            fp, fl, fid = seen[row]
-            raise XmrError(f"{rec.path}:{rec.line}: image {rec.image_id} again (first at {fp}:{fl} as {fid})")
-        if feat_dim is None:
-            feat_dim = (rec.features.shape[1], rec)
-        elif rec.features.shape[1] != feat_dim[0]:
-            raise XmrError(f"{rec.path}:{rec.line}: {rec.features.shape[1]}-d features, but "
-                           f"{feat_dim[1].path}:{feat_dim[1].line} has {feat_dim[0]}-d")
-        seen[row] = (rec.path, rec.line, rec.image_id)
-        seen_ids[rec.image_id] = row
-        buf.append((row, rec))
-        if len(buf) >= block:
-            flush()
-        bar.update(1)
-    flush()
-    bar.close()
-    if written == 0:
-        where = f" for {split.name}/{split.split} ({skipped} records of other images)" if split else ""
-        raise XmrError(f"{', '.join(str(p) for p in paths)}: no records{where}")
-    if split is not None and written != split.num_images:
-        first = next(iid for r, iid in enumerate(split.image_ids) if r not in seen)
-        raise XmrError(f"{', '.join(str(p) for p in paths)}: {written} of {split.num_images} images of "
-                       f"{split.name}/{split.split} found (e.g. image id {first} is missing)")
-    return writer.finish(split.image_ids if split else None, dtype=dtype)
+        bar = tqdm(desc="import tsv", unit="img", disable=not progress)
+        for rec in read_butd_tsv(paths):
+            if split is None:
+                row = written + len(buf)
+            elif rec.image_id in lookup:
+                row = lookup[rec.image_id]
+            else:
+                skipped += 1
+                continue
+            row = seen_ids.get(rec.image_id, row)
+            if row in seen:
+                fp, fl, fid = seen[row]
+                raise XmrError(f"{rec.path}:{rec.line}: image {rec.image_id} again (first at {fp}:{fl} as {fid})")
+            if feat_dim is None:
+                feat_dim = (rec.features.shape[1], rec)
+            elif rec.features.shape[1] != feat_dim[0]:
+                raise XmrError(f"{rec.path}:{rec.line}: {rec.features.shape[1]}-d features, but "
+                               f"{feat_dim[1].path}:{feat_dim[1].line} has {feat_dim[0]}-d")
+            seen[row] = (rec.path, rec.line, rec.image_id)
+            seen_ids[rec.image_id] = row
+            buf.append((row, rec))
+            if len(buf) >= block:
+                flush()
+            bar.update(1)
+        flush()
+        bar.close()
+        if written == 0:
+            where = f" for {split.name}/{split.split} ({skipped} records of other images)" if split else ""
+            raise XmrError(f"{', '.join(str(p) for p in paths)}: no records{where}")
+        if split is not None and written != split.num_images:
+            first = next(iid for r, iid in enumerate(split.image_ids) if r not in seen)
+            raise XmrError(f"{', '.join(str(p) for p in paths)}: {written} of {split.num_images} images of "
+                           f"{split.name}/{split.split} found (e.g. image id {first} is missing)")
+        return writer.finish(split.image_ids if split else None, dtype=dtype)
+    except BaseException:
+        writer.abandon(keep_shards=False)
+        raise

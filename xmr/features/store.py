@@ -56,6 +56,10 @@ class ShardWriter:
         for stale in self.parts.glob(".*"):
             if stale.is_file():
                 stale.unlink()
+        # ... and one killed while assembling leaves atomic_path's temporary store beside ``out``
+        for stale in self.out.parent.glob(f".{self.out.name}.*{self.out.suffix or '.tmp'}"):
+            if stale.is_file():
+                stale.unlink()
         stamp = self.parts / "attrs.npz"
         if stamp.exists():  # a resumed run must extract with the same settings, or shards would mix
             old = {k: str(v) for k, v in np.load(stamp).items()}
@@ -69,6 +73,13 @@ class ShardWriter:
             with atomic_path(stamp, ".npz") as tmp:
                 with open(tmp, "wb") as f:
                     np.savez(f, **{k: np.asarray(str(v)) for k, v in self.attrs.items()})
+
+    def abandon(self, keep_shards: bool = True) -> None:
+        """After a failed run: remove the parts folder when it holds no finished shard (only the settings
+        stamp), or always with ``keep_shards=False`` (importers redo everything anyway). Kept shards let
+        a rerun resume."""
+        if self.parts.exists() and (not keep_shards or not self.shards()):
+            shutil.rmtree(self.parts, ignore_errors=True)
 
     def _shard(self, start: int) -> Path:
         return self.parts / f"{start:09d}.npz"
