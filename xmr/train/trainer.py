@@ -329,9 +329,9 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
             for it, batch in enumerate(bar):
+                fault_point("step")
                 try:
-                    fault_point("step")
-                terms = stepper(batch, epoch, it, steps_per_epoch)
+                    terms = stepper(batch, epoch, it, steps_per_epoch)
                 except NonFiniteLoss as e:
                     raise XmrError(f"non-finite loss ({e}) at epoch {epoch + 1} step {it}; the last good checkpoint "
                                    f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
