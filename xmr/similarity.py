@@ -273,7 +273,15 @@ def compute_similarity(images, captions, measure: str = "cosine", alpha: float =
         for c0 in range(0, m, caps_per_block):
             y = y_all[c0:c0 + caps_per_block]
             out[r0:r0 + x.shape[0], c0:c0 + y.shape[0]] = _block(spec, x, y, kw)
+    if not all_finite(out):  # finite inputs, but float32 overflowed (e.g. squared norms of values near 1e20)
+        raise XmrError(f"measure {measure!r}: {int((~torch.isfinite(out)).sum())} similarities overflowed to NaN or "
+                       f"inf in float32 (largest embedding magnitude {max(_absmax(x_all), _absmax(y_all)):.3g}); "
+                       f"rescale the embeddings")
     return out
+
+
+def _absmax(t: torch.Tensor) -> float:
+    return float(t.abs().amax()) if t.numel() else 0.0
 
 
 def similarity_to_numpy(sims: torch.Tensor) -> np.ndarray:
