@@ -77,6 +77,24 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
             tmp_path.unlink()
 
 
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Delete what a process killed inside :func:`atomic_path` for ``path`` left behind (``.NAME.XXXX.SUFFIX``
+    beside it); returns the removed paths. Call it only where no other process writes ``path`` right now."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = [p for p in path.parent.glob(f".{glob_escape(path.name)}.*") if p.is_file()]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write JSON atomically (sorted keys, 2-space indent)."""
     with atomic_path(path, ".json") as tmp:

@@ -33,7 +33,7 @@ import numpy as np
 
 from xmr import __version__
 from xmr.errors import XmrError
-from xmr.io import atomic_path
+from xmr.io import atomic_path, remove_stale_temps
 
 LAYOUT_VERSION = 1
 _SHARD_NAME = re.compile(r"^(\d+)\.npz$")
@@ -57,9 +57,7 @@ class ShardWriter:
             if stale.is_file():
                 stale.unlink()
         # ... and one killed while assembling leaves atomic_path's temporary store beside ``out``
-        for stale in self.out.parent.glob(f".{self.out.name}.*{self.out.suffix or '.tmp'}"):
-            if stale.is_file():
-                stale.unlink()
+        remove_stale_temps(self.out)
         stamp = self.parts / "attrs.npz"
         if stamp.exists():  # a resumed run must extract with the same settings, or shards would mix
             old = {k: str(v) for k, v in np.load(stamp).items()}

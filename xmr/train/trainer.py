@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
-from xmr.io import atomic_path, check_writable_dir, fault_point, sha256_file, write_json
+from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
@@ -219,6 +219,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     ctx = dist.setup()
     if ctx.is_main:  # before loading data and models: a read-only or missing disk fails in one line, at once
         check_writable_dir(out, "training output directory (--out-dir)")
+        for name in ("config.yaml", "last.pt", "best.pt", "history.csv", "train.json"):
+            remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     device = resolve_device(cfg["train"]["device"]) if not ctx.enabled else ctx.device
     tcfg, ocfg = cfg["train"], cfg["optim"]
     if device.type == "cpu":
