@@ -320,3 +320,45 @@ def test_stale_assembly_temp_file_removed_by_rerun(tmp_path):
     other.write_bytes(b"x")
     extract_features(split, bcfg, out, batch_size=4, workers=0, progress=False)
     assert out.exists() and not stale.exists() and other.exists()
+
+
+# --- corrupt files a reader opens ----------------------------------------------------------------------------
+
+def test_checkpoint_cut_in_half_is_one_line(tiny_synth, tmp_path, capsys):
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_cut", train={"epochs": 1})
+    out = tmp_path / "run"
+    train(load_run_config(recipe), out, progress=False)
+    data = (out / "best.pt").read_bytes()
+    (out / "best.pt").write_bytes(data[: len(data) // 2])
+    rc = main(["score", "--run", str(out), "--out", str(tmp_path / "S.npy")])
+    line = _one_line_error(capsys.readouterr().err, "score")
+    assert rc == 2 and f"{out / 'best.pt'}: cannot load checkpoint" in line
+    assert not (tmp_path / "S.npy").exists()
+
+
+def test_feature_store_cut_in_half_or_missing_a_dataset(tiny_synth, tmp_path):
+    import h5py
+
+    from xmr.features.store import FeatureFile
+
+    src = tiny_synth.features_dir / "synth" / "efficientnet_lite0" / "val.h5"
+    cut = tmp_path / "cut.h5"
+    data = src.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(XmrError, match=rf"{cut}: cannot read HDF5 .*; delete it and re-extract"):
+        FeatureFile(cut)
+    partial = tmp_path / "partial.h5"
+    with h5py.File(partial, "w") as f:
+        f.create_dataset("features", data=np.zeros((2, 3, 4), np.float32))
+        f.create_dataset("image_ids", data=np.array(["a", "b"], dtype=object), dtype=h5py.string_dtype())
+    with pytest.raises(XmrError, match=rf"{partial}: not an xmr feature file \(no 'num_regions' dataset\)"):
+        FeatureFile(partial)
+
+
+def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "recipe.yaml"
+    bad.write_text("method: vsepp\ntrain: {epochs: 2\n")
+    rc = main(["train", "--config", str(bad), "--out-dir", str(tmp_path / "run")])
+    line = _one_line_error(capsys.readouterr().err, "train")
+    assert rc == 2 and f"{bad}: invalid YAML (line 3)" in line
+    assert not (tmp_path / "run").exists()

@@ -8,6 +8,12 @@ from xmr.errors import XmrError
 
 RERANKERS = ("fr", "rr", "mr", "isoftmax", "dsl", "qbnorm", "csls")
 
+#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk)
+AFTER_FAILURE = ("xmr: the workflow stopped; the failed job's one-line error is in its log above. If Snakemake "
+                 "itself was killed (pre-emption, kill -9, lost node), run `snakemake --unlock` once, then the same "
+                 "command with --rerun-incomplete: unfinished outputs are redone, training resumes from last.pt and "
+                 "extraction from its finished shards (docs/faults.md).")
+
 
 def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:
     """``results/{dataset}/{target}.json`` -> (recipe, reranker): ``dvse_fr`` is recipe ``dvse`` + FR unless a

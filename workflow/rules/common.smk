@@ -3,7 +3,8 @@ import sys
 from snakemake.utils import min_version, validate
 
 from xmr.models.text_precomputed import recipe_text_feature_files
-from xmr.workflow import parse_target, recipe_features, recipe_image_inputs, recipe_path, rerank_inputs, rerank_options
+from xmr.workflow import (AFTER_FAILURE, parse_target, recipe_features, recipe_image_inputs, recipe_path,
+                          rerank_inputs, rerank_options)
 
 min_version("9.0")
 
@@ -12,6 +13,10 @@ configfile: "config/config.yaml"
 
 
 validate(config, "../schemas/config.schema.yaml")
+
+onerror:
+    print(AFTER_FAILURE, file=sys.stderr)
+
 
 # The same interpreter that runs Snakemake runs xmr (works with a venv, conda env or module).
 XMR = f'"{sys.executable}" -m xmr'
