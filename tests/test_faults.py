@@ -362,3 +362,31 @@ def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
     line = _one_line_error(capsys.readouterr().err, "train")
     assert rc == 2 and f"{bad}: invalid YAML (line 3)" in line
     assert not (tmp_path / "run").exists()
+
+
+def test_sqlite_locked_writes_are_retried_with_back_off():
+    """What a shared mlflow.db answers under load; the tracker's writes go through retry_locked."""
+    from xmr.tracking import retry_locked
+
+    calls = []
+
+    def flaky(x, times):
+        calls.append(x)
+        if len(calls) <= times:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return x * 2
+
+    assert retry_locked(flaky, 21, times=3, first_wait=0.0) == 42 and len(calls) == 4
+    calls.clear()
+    with pytest.raises(RuntimeError, match="database is locked"):
+        retry_locked(flaky, 1, times=99, attempts=5, first_wait=0.0)
+    assert len(calls) == 5  # gives up after `attempts`
+    calls.clear()
+
+    def broken():
+        calls.append(1)
+        raise ValueError("no such table: metrics")
+
+    with pytest.raises(ValueError):
+        retry_locked(broken, first_wait=0.0)
+    assert len(calls) == 1  # other errors are not retried

@@ -174,3 +174,32 @@ def test_extraction_killed_then_rerun_equals_uninterrupted(extract_reference, tm
     for k in want:  # dataset by dataset
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     # (that kept shards are reused, not recomputed, is test_extract_resume's marked-shard check)
+
+
+# --- import: a BUTD TSV of 5 images -> writes: stamp (1), one shard (2), store (3) -------------------------------
+
+IMPORT_POINTS = ["kill_at:write:1", "kill_at:write:2", "kill_at:write:3"]
+
+
+@pytest.mark.parametrize("fault", IMPORT_POINTS)
+def test_import_killed_then_rerun_equals_uninterrupted(tmp_path, fault):
+    from test_importers import _tsv_record, _write_tsv
+
+    tsv = tmp_path / "feats.tsv"
+    _write_tsv(tsv, [_tsv_record(str(i), 100 + i, 80, 2 + i % 3, seed=i)[0] for i in range(5)])
+
+    def args(out: Path) -> list[str]:
+        return ["import-features", "--format", "butd_tsv", "--src", str(tsv), "--out", str(out), "--no-progress"]
+
+    ref, out = tmp_path / "ref" / "f.h5", tmp_path / "got" / "f.h5"
+    assert _xmr(args(ref)).returncode == 0
+    killed = _xmr(args(out), fault)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert not out.exists()
+    rerun = _xmr(args(out))
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in out.parent.iterdir()) == ["f.h5"]
+    (got, got_attrs), (want, want_attrs) = _store(out), _store(ref)
+    assert got.keys() == want.keys() and got_attrs == want_attrs
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)

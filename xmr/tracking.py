@@ -114,8 +114,24 @@ def environment_tags(env: dict[str, str] | None = None) -> dict[str, str]:
     return tags
 
 
+def retry_locked(fn, *args, attempts: int = 8, first_wait: float = 0.2, **kwargs):
+    """``fn(*args, **kwargs)``, retried with exponential back-off (plus jitter) while SQLite answers "database
+    is locked" (many jobs writing one ``mlflow.db``); any other error, or the last attempt's, propagates."""
+    import random
+    import time
+
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - sqlalchemy/MlflowException both carry the sqlite message
+            if "database is locked" not in str(e) or i == attempts - 1:
+                raise
+            time.sleep(first_wait * 2 ** i * (1 + random.random()))
+
+
 class Tracker:
-    """Thin wrapper so training code does not care whether tracking is on."""
+    """Thin wrapper so training code does not care whether tracking is on. Writes retry while a shared
+    SQLite store is locked (:func:`retry_locked`)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -155,11 +171,11 @@ class Tracker:
             flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
             items = list(flat.items())
             for i in range(0, len(items), 100):
-                self.mlflow.log_params(dict(items[i : i + 100]))
+                retry_locked(self.mlflow.log_params, dict(items[i : i + 100]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if self.enabled and metrics:
-            self.mlflow.log_metrics(metrics, step=step)
+            retry_locked(self.mlflow.log_metrics, metrics, step=step)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         if self.enabled and os.path.exists(path):
@@ -167,11 +183,11 @@ class Tracker:
 
     def log_dict(self, obj: dict, name: str) -> None:
         if self.enabled:
-            self.mlflow.log_dict(obj, name)
+            retry_locked(self.mlflow.log_dict, obj, name)
 
     def set_tags(self, tags: dict) -> None:
         if self.enabled:
-            self.mlflow.set_tags({k: str(v) for k, v in tags.items()})
+            retry_locked(self.mlflow.set_tags, {k: str(v) for k, v in tags.items()})
 
 
 # --- the results table from MLflow alone ----------------------------------------------------------------------
