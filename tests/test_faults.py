@@ -162,7 +162,7 @@ def test_gpu_requested_but_absent(tiny_synth, tmp_path, capsys):
     assert rc == 2
     line = _one_line_error(capsys.readouterr().err, "train")
     assert "device 'cuda' requested, but no CUDA GPU is visible" in line
-    assert not (tmp_path / "run" / "last.pt").exists()
+    assert not (tmp_path / "run").exists()  # failed before creating anything
 
 
 # --- evaluate / similarity inputs ------------------------------------------------------------------------------
@@ -390,3 +390,16 @@ def test_sqlite_locked_writes_are_retried_with_back_off():
     with pytest.raises(ValueError):
         retry_locked(broken, first_wait=0.0)
     assert len(calls) == 1  # other errors are not retried
+
+
+def test_read_only_feature_directory_fails_before_the_backbone_loads(tmp_path, monkeypatch):
+    import xmr.features.extract as extract
+
+    split, bcfg = _tiny_split(tmp_path)
+    loaded = []
+    monkeypatch.setattr(extract, "build_backbone", lambda cfg: loaded.append(cfg))  # must not be reached
+    with _read_only(tmp_path / "locked") as locked:
+        with pytest.raises(XmrError, match=rf"{locked}: feature output directory is not writable"):
+            extract.extract_features(split, bcfg, locked / "train.h5", batch_size=4, workers=0, progress=False)
+        assert list(locked.iterdir()) == []
+    assert loaded == []
