@@ -80,3 +80,11 @@ def test_failed_job_message_names_unlock(workdir):
     r = _smk(workdir, "never.txt")
     assert r.returncode != 0
     assert "run `snakemake --unlock` once, then the same command with --rerun-incomplete" in r.stderr
+
+
+def test_unknown_workflow_config_key_is_one_line(workdir):
+    """Snakemake's own validate() printed the whole schema (113 lines) for a misspelt key."""
+    r = _smk(workdir, "-n", "--config", "summary_target=1")
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("xmr workflow: error: config/config.yaml (with --config overrides): unknown key "
+                                "'summary_target'; did you mean: summary_targets?")

@@ -1,10 +1,10 @@
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from xmr.models.text_precomputed import recipe_text_feature_files
 from xmr.workflow import (AFTER_FAILURE, parse_target, recipe_features, recipe_image_inputs, recipe_path,
-                          rerank_inputs, rerank_options)
+                          rerank_inputs, rerank_options, validate_workflow_config)
 
 min_version("9.0")
 
@@ -12,7 +12,7 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "../schemas/config.schema.yaml")
+validate_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"))
 
 onerror:
     print(AFTER_FAILURE, file=sys.stderr)
