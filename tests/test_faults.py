@@ -403,3 +403,14 @@ def test_read_only_feature_directory_fails_before_the_backbone_loads(tmp_path, m
             extract.extract_features(split, bcfg, locked / "train.h5", batch_size=4, workers=0, progress=False)
         assert list(locked.iterdir()) == []
     assert loaded == []
+
+
+def test_slurm_job_on_sqlite_is_told_to_use_the_server(tmp_path):
+    from xmr.tracking import shared_sqlite_note
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    note = shared_sqlite_note(uri, {"SLURM_JOB_ID": "4242"})
+    assert note.startswith(f"note: SLURM job 4242 logs to the SQLite file {tmp_path / 'mlflow.db'};")
+    assert "`xmr mlflow-server`" in note and "MLFLOW_TRACKING_URI" in note
+    assert shared_sqlite_note(uri, {}) is None  # not a cluster job: SQLite is fine
+    assert shared_sqlite_note("http://login1:5000", {"SLURM_JOB_ID": "4242"}) is None

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,6 +115,18 @@ def environment_tags(env: dict[str, str] | None = None) -> dict[str, str]:
     return tags
 
 
+def shared_sqlite_note(uri: str, env: dict[str, str] | None = None) -> str | None:
+    """The start-up note of a SLURM job logging to a SQLite file: many jobs on one SQLite file (worse, on a
+    network file system) lock and can corrupt it; a tracking server is the supported cluster mode."""
+    env = os.environ if env is None else env
+    db = sqlite_path(uri)
+    if db is None or not env.get("SLURM_JOB_ID"):
+        return None
+    return (f"note: SLURM job {env['SLURM_JOB_ID']} logs to the SQLite file {db}; many jobs sharing one SQLite file "
+            f"(especially on a network file system) hit 'database is locked' and can corrupt it: start "
+            f"`xmr mlflow-server` and export MLFLOW_TRACKING_URI=http://HOST:PORT (docs/tracking.md)")
+
+
 def retry_locked(fn, *args, attempts: int = 8, first_wait: float = 0.2, **kwargs):
     """``fn(*args, **kwargs)``, retried with exponential back-off (plus jitter) while SQLite answers "database
     is locked" (many jobs writing one ``mlflow.db``); any other error, or the last attempt's, propagates."""
@@ -142,6 +155,9 @@ class Tracker:
             self.uri = tracking_uri()
             mlflow.set_tracking_uri(self.uri)
             self.mlflow = mlflow
+            note = shared_sqlite_note(self.uri)
+            if note:
+                print(note, file=sys.stderr, flush=True)
 
     @contextmanager
     def run(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
