@@ -414,3 +414,18 @@ def test_slurm_job_on_sqlite_is_told_to_use_the_server(tmp_path):
     assert "`xmr mlflow-server`" in note and "MLFLOW_TRACKING_URI" in note
     assert shared_sqlite_note(uri, {}) is None  # not a cluster job: SQLite is fine
     assert shared_sqlite_note("http://login1:5000", {"SLURM_JOB_ID": "4242"}) is None
+
+
+def test_disk_full_during_a_feature_shard_write(tmp_path, monkeypatch):
+    """ENOSPC on the first shard (write 2; the settings stamp is write 1): one-line error, no store, no shard,
+    no temporary file; the folder with only the stamp is gone too."""
+    import xmr.io
+    from xmr.features.extract import extract_features
+
+    split, bcfg = _tiny_split(tmp_path)
+    out = tmp_path / "features" / "train.h5"
+    monkeypatch.setenv("XMR_FAULT", "enospc_at:write:2")
+    monkeypatch.setattr(xmr.io, "_FAULT_COUNTS", {})
+    with pytest.raises(XmrError, match=r"000000000\.npz: disk full or quota exceeded while writing it"):
+        extract_features(split, bcfg, out, batch_size=4, workers=0, progress=False)
+    assert list(out.parent.iterdir()) == []
