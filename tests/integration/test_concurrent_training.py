@@ -1,8 +1,9 @@
-"""8 trainings at once logging to one SQLite MLflow store (docs/faults.md): no run and no metric is lost, and no
-"database is locked" reaches the user (xmr.tracking.retry_locked)."""
+"""8 trainings at once logging to one MLflow store, the default SQLite file and `xmr mlflow-server` (docs/faults.md):
+no run and no metric is lost, and no "database is locked" reaches the user (xmr.tracking.retry_locked)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -11,14 +12,22 @@ import mlflow
 import pytest
 
 from .helpers import REPO, stop_group
+from .test_mlflow_ui import mlflow_server
 
 pytestmark = pytest.mark.integration
 
 N_RUNS, EPOCHS = 8, 2
 
 
-def test_eight_concurrent_trainings_on_one_sqlite_store(tiny_synth, tmp_path):
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+@pytest.mark.parametrize("kind", ["sqlite", "server"])
+def test_eight_concurrent_trainings_on_one_store(tiny_synth, tmp_path, kind):
+    with contextlib.ExitStack() as stack:
+        store = (f"sqlite:///{tmp_path / 'mlflow.db'}" if kind == "sqlite"
+                 else stack.enter_context(mlflow_server(tmp_path))[0])
+        _eight_trainings(tiny_synth, tmp_path, store)
+
+
+def _eight_trainings(tiny_synth, tmp_path, store: str) -> None:
     recipe = tiny_synth.recipe("vsepp", name="vsepp_concurrent", tracking={"enabled": True},
                                train={"epochs": EPOCHS, "log_every": 1})
     env = dict(os.environ, MLFLOW_TRACKING_URI=store, MLFLOW_ENABLE_TELEMETRY="false", OMP_NUM_THREADS="1",
