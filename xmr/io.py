@@ -41,12 +41,17 @@ _FAULT_COUNTS: dict[str, int] = {}
 
 
 def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
-    """Create ``path`` if needed and prove it takes a file; else a one-line XmrError (read-only disk, no
-    permission), raised before any slow work starts."""
+    """Prove that ``path`` (or, while it does not exist, its nearest existing ancestor, where it would be
+    created) takes a file; else a one-line XmrError (read-only disk, no permission), raised before any slow
+    work starts. Creates nothing that stays."""
     path = Path(path)
+    probe_dir = path
+    while not probe_dir.exists() and probe_dir.parent != probe_dir:
+        probe_dir = probe_dir.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".xmr-write-test.", dir=path)
+        if not probe_dir.is_dir():
+            raise NotADirectoryError(20, f"{probe_dir} is not a directory")
+        fd, probe = tempfile.mkstemp(prefix=".xmr-write-test.", dir=probe_dir)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
