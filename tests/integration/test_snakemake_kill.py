@@ -1,5 +1,6 @@
 """Snakemake itself killed with a job running (docs/faults.md): a plain rerun refuses the partial output, and
-after `snakemake --unlock` a rerun with --rerun-incomplete redoes the incomplete job and nothing else; and when a job fails the workflow tells the user about `--unlock`."""
+after `snakemake --unlock` a rerun with --rerun-incomplete redoes the incomplete job and nothing else; when a
+job fails the workflow tells the user about `--unlock`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ rule a:
 rule b:
     input: "a.txt"
     output: "b.txt"
-    shell: "echo partial > {{output}}; echo ran >> runs_b.log; while [ ! -e go ]; do sleep 0.1; done; echo b > {{output}}"
+    shell: "echo partial > {{output}}; echo ran >> runs_b.log; until [ -e go ]; do sleep 0.1; done; echo b > {{output}}"
 
 rule fail:
     output: "never.txt"

@@ -55,6 +55,26 @@ def scan_source_split(dataset_cfg: dict, split: str) -> str:
     return dataset_cfg.get("extra", {}).get("scan_splits", {}).get(split, SCAN_SPLITS.get(split, split))
 
 
+def _discard_parts_on_error(fn):
+    """Import functions: a rejected source (or any failure) leaves no ``OUT.parts/`` behind, not even the
+    settings stamp; imports are redone from scratch anyway (:func:`_fresh_writer`)."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            out = Path(sig.bind(*args, **kwargs).arguments["out"])
+            shutil.rmtree(out.with_name(out.name + ".parts"), ignore_errors=True)
+            raise
+
+    return wrapper
+
+
 def _fresh_writer(out: str | os.PathLike, num_images: int | None, attrs: dict) -> ShardWriter:
     parts = Path(out).with_name(Path(out).name + ".parts")
     if parts.exists():  # imports are fast to redo; never mix shards of two different sources
@@ -66,6 +86,7 @@ def _caption_key(captions: Iterable[str]) -> tuple[str, ...]:
     return tuple(" ".join(tokenize(c)) for c in captions)
 
 
+@_discard_parts_on_error
 def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLike,
                 split: CaptionedSplit | None = None, dtype: str = "float32", verify_captions: bool = True,
                 block: int = 256, progress: bool = True) -> Path:
@@ -125,18 +146,14 @@ def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLi
         "source_split": src_split, "weights_sha256": "unknown",
         "dataset": split.name if split else None, "split": split.split if split else src_split, "dtype": dtype,
     })
-    try:  # a rejected source leaves nothing behind (not even the settings stamp)
-        np_dtype = np.float16 if dtype == "float16" else np.float32
-        bar = tqdm(total=n, desc=f"import {files.ims_path.name}", unit="img", disable=not progress)
-        for s in range(0, n, block):
-            chunk = np.asarray(arr[s: s + block], dtype=np_dtype)
-            writer.write(s, chunk, np.full(len(chunk), chunk.shape[1]), rows=rows[s: s + block])
-            bar.update(len(chunk))
-        bar.close()
-        return writer.finish(list(out_ids), dtype=dtype)
-    except BaseException:
-        writer.abandon(keep_shards=False)
-        raise
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    bar = tqdm(total=n, desc=f"import {files.ims_path.name}", unit="img", disable=not progress)
+    for s in range(0, n, block):
+        chunk = np.asarray(arr[s: s + block], dtype=np_dtype)
+        writer.write(s, chunk, np.full(len(chunk), chunk.shape[1]), rows=rows[s: s + block])
+        bar.update(len(chunk))
+    bar.close()
+    return writer.finish(list(out_ids), dtype=dtype)
 
 
 @dataclass
@@ -214,6 +231,7 @@ def read_butd_tsv(paths: Iterable[str | os.PathLike]) -> Iterator[TsvRecord]:
                 raise XmrError(f"{path}: not a text TSV (undecodable byte at offset {e.start})") from None
 
 
+@_discard_parts_on_error
 def import_butd_tsv(paths: list[str | os.PathLike], out: str | os.PathLike, split: CaptionedSplit | None = None,
                     dtype: str = "float32", block: int = 256, progress: bool = True) -> Path:
     """BUTD TSV file(s) -> ``out`` (HDF5); in ``split``'s order (other images skipped) when given."""
@@ -231,65 +249,61 @@ def import_butd_tsv(paths: list[str | os.PathLike], out: str | os.PathLike, spli
         "weights_sha256": "unknown", "dataset": split.name if split else None,
         "split": split.split if split else None, "dtype": dtype,
     })
-    try:  # a rejected source leaves nothing behind (not even the settings stamp)
-        np_dtype = np.float16 if dtype == "float16" else np.float32
-        buf: list[tuple[int, TsvRecord]] = []
-        seen: dict[int, tuple[Path, int, str]] = {}  # row -> where it came from (no arrays kept)
-        seen_ids: dict[str, int] = {}
-        written = skipped = 0
-        feat_dim: tuple[int, TsvRecord] | None = None
+    np_dtype = np.float16 if dtype == "float16" else np.float32
+    buf: list[tuple[int, TsvRecord]] = []
+    seen: dict[int, tuple[Path, int, str]] = {}  # row -> where it came from (no arrays kept)
+    seen_ids: dict[str, int] = {}
+    written = skipped = 0
+    feat_dim: tuple[int, TsvRecord] | None = None
 
-        def flush() -> None:
-            nonlocal written
-            if not buf:
-                return
-            k = max(len(rec.boxes) for _, rec in buf)
-            feats = np.zeros((len(buf), k, feat_dim[0]), dtype=np_dtype)
-            boxes = np.zeros((len(buf), k, 4), dtype=np.float32)
-            for i, (_, rec) in enumerate(buf):
-                feats[i, : len(rec.boxes)] = rec.features
-                boxes[i, : len(rec.boxes)] = rec.boxes
-            writer.write(written, feats, np.asarray([len(rec.boxes) for _, rec in buf]), boxes,
-                         rows=np.asarray([r for r, _ in buf]),
-                         image_wh=np.asarray([[rec.image_w, rec.image_h] for _, rec in buf]),
-                         image_ids=[rec.image_id for _, rec in buf])
-            written += len(buf)
-            buf.clear()
+    def flush() -> None:
+        nonlocal written
+        if not buf:
+            return
+        k = max(len(rec.boxes) for _, rec in buf)
+        feats = np.zeros((len(buf), k, feat_dim[0]), dtype=np_dtype)
+        boxes = np.zeros((len(buf), k, 4), dtype=np.float32)
+        for i, (_, rec) in enumerate(buf):
+            feats[i, : len(rec.boxes)] = rec.features
+            boxes[i, : len(rec.boxes)] = rec.boxes
+        writer.write(written, feats, np.asarray([len(rec.boxes) for _, rec in buf]), boxes,
+                     rows=np.asarray([r for r, _ in buf]),
+                     image_wh=np.asarray([[rec.image_w, rec.image_h] for _, rec in buf]),
+                     image_ids=[rec.image_id for _, rec in buf])
+        written += len(buf)
+        buf.clear()
 
-        bar = tqdm(desc="import tsv", unit="img", disable=not progress)
-        for rec in read_butd_tsv(paths):
-            if split is None:
-                row = written + len(buf)
-            elif rec.image_id in lookup:
-                row = lookup[rec.image_id]
-            else:
-                skipped += 1
-                continue
-            row = seen_ids.get(rec.image_id, row)
-            if row in seen:
-                fp, fl, fid = seen[row]
-                raise XmrError(f"{rec.path}:{rec.line}: image {rec.image_id} again (first at {fp}:{fl} as {fid})")
-            if feat_dim is None:
-                feat_dim = (rec.features.shape[1], rec)
-            elif rec.features.shape[1] != feat_dim[0]:
-                raise XmrError(f"{rec.path}:{rec.line}: {rec.features.shape[1]}-d features, but "
-                               f"{feat_dim[1].path}:{feat_dim[1].line} has {feat_dim[0]}-d")
-            seen[row] = (rec.path, rec.line, rec.image_id)
-            seen_ids[rec.image_id] = row
-            buf.append((row, rec))
-            if len(buf) >= block:
-                flush()
-            bar.update(1)
-        flush()
-        bar.close()
-        if written == 0:
-            where = f" for {split.name}/{split.split} ({skipped} records of other images)" if split else ""
-            raise XmrError(f"{', '.join(str(p) for p in paths)}: no records{where}")
-        if split is not None and written != split.num_images:
-            first = next(iid for r, iid in enumerate(split.image_ids) if r not in seen)
-            raise XmrError(f"{', '.join(str(p) for p in paths)}: {written} of {split.num_images} images of "
-                           f"{split.name}/{split.split} found (e.g. image id {first} is missing)")
-        return writer.finish(split.image_ids if split else None, dtype=dtype)
-    except BaseException:
-        writer.abandon(keep_shards=False)
-        raise
+    bar = tqdm(desc="import tsv", unit="img", disable=not progress)
+    for rec in read_butd_tsv(paths):
+        if split is None:
+            row = written + len(buf)
+        elif rec.image_id in lookup:
+            row = lookup[rec.image_id]
+        else:
+            skipped += 1
+            continue
+        row = seen_ids.get(rec.image_id, row)
+        if row in seen:
+            fp, fl, fid = seen[row]
+            raise XmrError(f"{rec.path}:{rec.line}: image {rec.image_id} again (first at {fp}:{fl} as {fid})")
+        if feat_dim is None:
+            feat_dim = (rec.features.shape[1], rec)
+        elif rec.features.shape[1] != feat_dim[0]:
+            raise XmrError(f"{rec.path}:{rec.line}: {rec.features.shape[1]}-d features, but "
+                           f"{feat_dim[1].path}:{feat_dim[1].line} has {feat_dim[0]}-d")
+        seen[row] = (rec.path, rec.line, rec.image_id)
+        seen_ids[rec.image_id] = row
+        buf.append((row, rec))
+        if len(buf) >= block:
+            flush()
+        bar.update(1)
+    flush()
+    bar.close()
+    if written == 0:
+        where = f" for {split.name}/{split.split} ({skipped} records of other images)" if split else ""
+        raise XmrError(f"{', '.join(str(p) for p in paths)}: no records{where}")
+    if split is not None and written != split.num_images:
+        first = next(iid for r, iid in enumerate(split.image_ids) if r not in seen)
+        raise XmrError(f"{', '.join(str(p) for p in paths)}: {written} of {split.num_images} images of "
+                       f"{split.name}/{split.split} found (e.g. image id {first} is missing)")
+    return writer.finish(split.image_ids if split else None, dtype=dtype)

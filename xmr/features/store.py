@@ -72,11 +72,10 @@ class ShardWriter:
                 with open(tmp, "wb") as f:
                     np.savez(f, **{k: np.asarray(str(v)) for k, v in self.attrs.items()})
 
-    def abandon(self, keep_shards: bool = True) -> None:
+    def abandon(self) -> None:
         """After a failed run: remove the parts folder when it holds no finished shard (only the settings
-        stamp), or always with ``keep_shards=False`` (importers redo everything anyway). Kept shards let
-        a rerun resume."""
-        if self.parts.exists() and (not keep_shards or not self.shards()):
+        stamp); finished shards stay, so that a rerun resumes."""
+        if self.parts.exists() and not self.shards():
             shutil.rmtree(self.parts, ignore_errors=True)
 
     def _shard(self, start: int) -> Path:
