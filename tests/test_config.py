@@ -48,7 +48,8 @@ def test_synth_recipes_train_their_papers_hardest_negative(recipe):
     ("loss.margin=-0.2", "loss.margin: -0.2 is less than the minimum of 0"),
     ("optim.lr=0", "optim.lr: 0 is less than or equal to the minimum of 0"),
     ("train.epochs=two", "train.epochs: 'two' is not of type 'integer'"),
-    ("loss.marign=0.3", "loss: Additional properties are not allowed ('marign' was unexpected)"),
+    ("loss.marign=0.3", "unknown key 'loss.marign'; did you mean: margin?"),
+    ("trian.epochs=3", "unknown key 'trian'; did you mean: train, tracking?"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(XmrError) as e:

@@ -87,6 +87,24 @@ def _fmt_path(err) -> str:
     return ".".join(str(p) for p in err.absolute_path) or "<top level>"
 
 
+def _unknown_keys(err) -> str:
+    """'unknown key train.epochz; did you mean: epochs?' for an additionalProperties error: the key and its
+    nearest valid names, never the whole schema."""
+    import difflib
+
+    allowed = sorted(err.schema.get("properties", {}))
+    extra = [k for k in err.instance if k not in allowed]
+    prefix = "" if not err.absolute_path else _fmt_path(err) + "."
+    parts = []
+    for key in extra:
+        near = difflib.get_close_matches(str(key), allowed, n=3, cutoff=0.6)
+        hint = f"did you mean: {', '.join(near)}?" if near else (
+            f"valid keys here: {', '.join(allowed[:12])}{' ...' if len(allowed) > 12 else ''}" if allowed
+            else "no keys are allowed here")
+        parts.append(f"unknown key '{prefix}{key}'; {hint}")
+    return "; ".join(parts) if parts else f"{_fmt_path(err)}: {err.message}"
+
+
 def validate(cfg: dict, schema: dict | str, source: str) -> dict:
     """Validate ``cfg`` in place, filling schema defaults; raise XmrError naming the first bad key."""
     import jsonschema
@@ -111,8 +129,8 @@ def validate(cfg: dict, schema: dict | str, source: str) -> dict:
             path = _fmt_path(e)
             key = missing if path == "<top level>" else f"{path}.{missing}"
             raise XmrError(f"{source}: missing required key '{key}'")
-        if e.validator == "additionalProperties":
-            raise XmrError(f"{source}: {_fmt_path(e)}: {e.message} (check the spelling against the schema)")
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            raise XmrError(f"{source}: {_unknown_keys(e)}")
         raise XmrError(f"{source}: {_fmt_path(e)}: {e.message}")
     return cfg
 

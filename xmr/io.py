@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -11,6 +12,52 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from xmr.errors import XmrError
+
+
+def fault_point(phase: str) -> None:
+    """Fault-injection hook of the test suite (tests/test_kill_points.py, docs/faults.md): with
+    ``XMR_FAULT=kill_at:PHASE:N`` the process SIGKILLs itself the N-th time (1-based) it reaches ``PHASE``;
+    ``XMR_FAULT=enospc_at:write:N`` makes the N-th atomic write fail as on a full disk. Phases: ``write``
+    (every atomic write, after the temporary file is complete and before the rename), ``step``, ``validate``,
+    ``checkpoint`` (trainer). Unset (always, outside tests): a no-op."""
+    spec = os.environ.get("XMR_FAULT")
+    if not spec:
+        return
+    kind, _, rest = spec.partition(":")
+    want, _, n = rest.partition(":")
+    if want != phase or kind not in ("kill_at", "enospc_at"):
+        return
+    _FAULT_COUNTS[phase] = _FAULT_COUNTS.get(phase, 0) + 1
+    if _FAULT_COUNTS[phase] != int(n or 1):
+        return
+    if kind == "enospc_at":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_FAULT_COUNTS: dict[str, int] = {}
+
+
+def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
+    """Prove that ``path`` (or, while it does not exist, its nearest existing ancestor, where it would be
+    created) takes a file; else a one-line XmrError (read-only disk, no permission), raised before any slow
+    work starts. Creates nothing that stays."""
+    path = Path(path)
+    probe_dir = path
+    while not probe_dir.exists() and probe_dir.parent != probe_dir:
+        probe_dir = probe_dir.parent
+    try:
+        if not probe_dir.is_dir():
+            raise NotADirectoryError(20, f"{probe_dir} is not a directory")
+        fd, probe = tempfile.mkstemp(prefix=".xmr-write-test.", dir=probe_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise XmrError(f"{path}: {what} is not writable ({e.strerror or e}); choose another directory or fix "
+                       f"its permissions") from None
+    return path
 
 
 @contextlib.contextmanager
@@ -23,10 +70,34 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        fault_point("write")
         os.replace(tmp_path, path)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise XmrError(f"{path}: disk full or quota exceeded while writing it ({e.strerror}); nothing was "
+                       f"replaced (a previous version is intact); free space in {path.parent} and rerun") from None
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Delete what a process killed inside :func:`atomic_path` for ``path`` left behind (``.NAME.XXXX.SUFFIX``
+    beside it); returns the removed paths. Call it only where no other process writes ``path`` right now."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = [p for p in path.parent.glob(f".{glob_escape(path.name)}.*") if p.is_file()]
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -64,6 +64,27 @@ def result_path(dataset: str, recipe: str, reranker: str | None = None,
     return Path(results_root) / dataset / f"{target_name(recipe, reranker)}.json"
 
 
+#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk)
+AFTER_FAILURE = ("xmr: the workflow stopped; the failed job's one-line error is in its log above. If Snakemake "
+                 "itself was killed (pre-emption, kill -9, lost node), run `snakemake --unlock` once, then the same "
+                 "command with --rerun-incomplete: unfinished outputs are redone, training resumes from last.pt and "
+                 "extraction from its finished shards (docs/faults.md).")
+
+
+def validate_workflow_config(config: dict, schema_path: str | Path) -> dict:
+    """Validate (and fill defaults of) the workflow config against its schema with xmr's one config validator:
+    a bad key is one line naming it and its nearest valid names, not Snakemake's dump of the whole schema."""
+    import sys
+
+    from xmr.config import load_yaml, validate
+
+    try:
+        return validate(config, load_yaml(schema_path), "config/config.yaml (with --config overrides)")
+    except XmrError as e:  # Snakemake would add a traceback to the one line
+        print(f"xmr workflow: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
 def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:
     """``results/{dataset}/{target}.json`` -> (recipe, reranker): ``dvse_fr`` is recipe ``dvse`` + FR unless a
     recipe file is literally called ``dvse_fr``."""

@@ -149,7 +149,14 @@ def _measure_params(measure: str, alpha: float, params: dict[str, Any]) -> dict[
 
 def _as_sets(x, what: str) -> torch.Tensor:
     """numpy/torch (B, D) or (B, S, D) -> float32 tensor (B, S, D) (a view when possible)."""
-    t = torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x
+    if not isinstance(x, torch.Tensor):
+        a = np.asarray(x)
+        if a.dtype.kind not in "biuf":  # strings, objects, complex: never silently cast
+            raise XmrError(f"{what} have dtype {a.dtype}; expected real numbers (float or int)")
+        x = torch.as_tensor(a)
+    elif x.is_complex():
+        raise XmrError(f"{what} hold complex numbers ({x.dtype}); give real values")
+    t = x
     if t.ndim == 2:
         t = t[:, None, :]
     if t.ndim != 3:
@@ -266,7 +273,15 @@ def compute_similarity(images, captions, measure: str = "cosine", alpha: float =
         for c0 in range(0, m, caps_per_block):
             y = y_all[c0:c0 + caps_per_block]
             out[r0:r0 + x.shape[0], c0:c0 + y.shape[0]] = _block(spec, x, y, kw)
+    if not all_finite(out):  # finite inputs, but float32 overflowed (e.g. squared norms of values near 1e20)
+        raise XmrError(f"measure {measure!r}: {int((~torch.isfinite(out)).sum())} similarities overflowed to NaN or "
+                       f"inf in float32 (largest embedding magnitude {max(_absmax(x_all), _absmax(y_all)):.3g}); "
+                       f"rescale the embeddings")
     return out
+
+
+def _absmax(t: torch.Tensor) -> float:
+    return float(t.abs().amax()) if t.numel() else 0.0
 
 
 def similarity_to_numpy(sims: torch.Tensor) -> np.ndarray:

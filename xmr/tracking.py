@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,8 +115,36 @@ def environment_tags(env: dict[str, str] | None = None) -> dict[str, str]:
     return tags
 
 
+def shared_sqlite_note(uri: str, env: dict[str, str] | None = None) -> str | None:
+    """The start-up note of a SLURM job logging to a SQLite file: many jobs on one SQLite file (worse, on a
+    network file system) lock and can corrupt it; a tracking server is the supported cluster mode."""
+    env = os.environ if env is None else env
+    db = sqlite_path(uri)
+    if db is None or not env.get("SLURM_JOB_ID"):
+        return None
+    return (f"note: SLURM job {env['SLURM_JOB_ID']} logs to the SQLite file {db}; many jobs sharing one SQLite file "
+            f"(especially on a network file system) hit 'database is locked' and can corrupt it: start "
+            f"`xmr mlflow-server` and export MLFLOW_TRACKING_URI=http://HOST:PORT (docs/tracking.md)")
+
+
+def retry_locked(fn, *args, attempts: int = 8, first_wait: float = 0.2, **kwargs):
+    """``fn(*args, **kwargs)``, retried with exponential back-off (plus jitter) while SQLite answers "database
+    is locked" (many jobs writing one ``mlflow.db``); any other error, or the last attempt's, propagates."""
+    import random
+    import time
+
+    for i in range(attempts):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - sqlalchemy/MlflowException both carry the sqlite message
+            if "database is locked" not in str(e) or i == attempts - 1:
+                raise
+            time.sleep(first_wait * 2 ** i * (1 + random.random()))
+
+
 class Tracker:
-    """Thin wrapper so training code does not care whether tracking is on."""
+    """Thin wrapper so training code does not care whether tracking is on. Writes retry while a shared
+    SQLite store is locked (:func:`retry_locked`)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -126,6 +155,9 @@ class Tracker:
             self.uri = tracking_uri()
             mlflow.set_tracking_uri(self.uri)
             self.mlflow = mlflow
+            note = shared_sqlite_note(self.uri)
+            if note:
+                print(note, file=sys.stderr, flush=True)
 
     @contextmanager
     def run(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
@@ -155,11 +187,11 @@ class Tracker:
             flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
             items = list(flat.items())
             for i in range(0, len(items), 100):
-                self.mlflow.log_params(dict(items[i : i + 100]))
+                retry_locked(self.mlflow.log_params, dict(items[i : i + 100]))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if self.enabled and metrics:
-            self.mlflow.log_metrics(metrics, step=step)
+            retry_locked(self.mlflow.log_metrics, metrics, step=step)
 
     def log_artifact(self, path: str, artifact_path: str | None = None) -> None:
         if self.enabled and os.path.exists(path):
@@ -167,11 +199,11 @@ class Tracker:
 
     def log_dict(self, obj: dict, name: str) -> None:
         if self.enabled:
-            self.mlflow.log_dict(obj, name)
+            retry_locked(self.mlflow.log_dict, obj, name)
 
     def set_tags(self, tags: dict) -> None:
         if self.enabled:
-            self.mlflow.set_tags({k: str(v) for k, v in tags.items()})
+            retry_locked(self.mlflow.set_tags, {k: str(v) for k, v in tags.items()})
 
 
 # --- the results table from MLflow alone ----------------------------------------------------------------------

@@ -15,7 +15,16 @@ def resolve_device(name: str = "auto") -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         return torch.device("cpu")
-    return torch.device(name)
+    dev = torch.device(name)
+    if dev.type == "cuda":  # fail at once in one line, not deep inside the first .to(device)
+        from xmr.errors import XmrError
+
+        if not torch.cuda.is_available():
+            raise XmrError(f"device {name!r} requested, but no CUDA GPU is visible (torch.cuda.is_available() is "
+                           f"False); use device auto or cpu, or run on a GPU node")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise XmrError(f"device {name!r} requested, but only {torch.cuda.device_count()} GPU(s) are visible")
+    return dev
 
 
 def seed_everything(seed: int) -> None:

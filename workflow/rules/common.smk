@@ -1,10 +1,11 @@
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from xmr.doctor import workflow_preflight
-from xmr.layout import (job_resource, parse_target, recipe_features, recipe_image_inputs, recipe_path,
-                        recipe_text_feature_files, rerank_inputs, rerank_options, run_dir)
+from xmr.layout import (AFTER_FAILURE, job_resource, parse_target, recipe_features, recipe_image_inputs,
+                        recipe_path, recipe_text_feature_files, rerank_inputs, rerank_options, run_dir,
+                        validate_workflow_config)
 
 min_version("9.0")
 
@@ -12,7 +13,11 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "../schemas/config.schema.yaml")
+validate_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+
+onerror:
+    print(AFTER_FAILURE, file=sys.stderr)
+
 
 # The same interpreter that runs Snakemake runs xmr (works with a venv, conda env or module).
 XMR = f'"{sys.executable}" -m xmr'

@@ -65,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
     sims = load_array(args.sims, "similarity matrix")
     labels = {}
     if args.image_labels:
-        labels["image_labels"] = load_array(args.image_labels, "image labels")
+        labels["image_labels"] = load_array(args.image_labels, "image labels", numeric=False)
     if args.caption_labels:
-        labels["caption_labels"] = load_array(args.caption_labels, "caption labels")
+        labels["caption_labels"] = load_array(args.caption_labels, "caption labels", numeric=False)
     if labels and args.protocol != "cub":
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
     rows = {}

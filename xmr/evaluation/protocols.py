@@ -107,6 +107,8 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     a = check_matrix(sims, device)
     n, m = a.shape
     c = int(captions_per_image)
+    if c < 1:  # every protocol divides by it (cub too, for its default caption labels)
+        raise XmrError(f"captions-per-image must be >= 1, got {c}")
 
     spec = params = None
     if rerank not in (None, "", "none"):

@@ -39,8 +39,15 @@ def check_matrix(sims, device: str | torch.device | None = None) -> torch.Tensor
     """2-D finite float32 tensor (no copy for a float32 numpy array on the same device)."""
     if isinstance(sims, torch.Tensor):
         t = sims.detach()
+        if t.is_complex():
+            raise XmrError(f"similarity matrix holds complex numbers ({t.dtype}); give real scores")
     else:
-        t = torch.as_tensor(np.asarray(sims))
+        a = np.asarray(sims)
+        if a.dtype.kind == "c":
+            raise XmrError(f"similarity matrix holds complex numbers ({a.dtype}); give real scores")
+        if a.dtype.kind not in "biuf":
+            raise XmrError(f"similarity matrix has dtype {a.dtype}; expected real numbers (float or int)")
+        t = torch.as_tensor(a)
     if t.ndim != 2:
         raise XmrError(f"similarity matrix must be 2-D (images x captions), got shape {tuple(t.shape)}")
     if t.shape[0] == 0 or t.shape[1] == 0:

@@ -31,6 +31,7 @@ from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
 from xmr.features.backbones import Backbone, build_backbone
 from xmr.features.store import ShardWriter
+from xmr.io import check_writable_dir
 from xmr.utils import resolve_device, tune_cpu_allocator
 
 RESIZE_MODES = ("squash", "center_crop", "shorter_side")
@@ -182,6 +183,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     if dtype not in ("float32", "float16"):
         raise XmrError(f"dtype {dtype!r}: use float32 or float16")
     dev = resolve_device(device)
+    check_writable_dir(Path(out).parent, "feature output directory")  # before the backbone loads
     if dev.type == "cpu":
         tune_cpu_allocator()
     backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev)
@@ -217,7 +219,11 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     try:
         _run(backbone, loader, starts, writer, dev, np_dtype, given_boxes, padded, bar)
     except XmrError as e:
+        writer.abandon()  # finished shards stay for the rerun; a lone settings stamp does not
         raise XmrError(_worker_message(str(e))) from None
+    except BaseException:
+        writer.abandon()
+        raise
     bar.close()
     return writer.finish(split.image_ids, dtype=dtype)
 

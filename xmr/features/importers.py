@@ -55,6 +55,26 @@ def scan_source_split(dataset_cfg: dict, split: str) -> str:
     return dataset_cfg.get("extra", {}).get("scan_splits", {}).get(split, SCAN_SPLITS.get(split, split))
 
 
+def _discard_parts_on_error(fn):
+    """Import functions: a rejected source (or any failure) leaves no ``OUT.parts/`` behind, not even the
+    settings stamp; imports are redone from scratch anyway (:func:`_fresh_writer`)."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            out = Path(sig.bind(*args, **kwargs).arguments["out"])
+            shutil.rmtree(out.with_name(out.name + ".parts"), ignore_errors=True)
+            raise
+
+    return wrapper
+
+
 def _fresh_writer(out: str | os.PathLike, num_images: int | None, attrs: dict) -> ShardWriter:
     parts = Path(out).with_name(Path(out).name + ".parts")
     if parts.exists():  # imports are fast to redo; never mix shards of two different sources
@@ -66,6 +86,7 @@ def _caption_key(captions: Iterable[str]) -> tuple[str, ...]:
     return tuple(" ".join(tokenize(c)) for c in captions)
 
 
+@_discard_parts_on_error
 def import_scan(src_dir: str | os.PathLike, src_split: str, out: str | os.PathLike,
                 split: CaptionedSplit | None = None, dtype: str = "float32", verify_captions: bool = True,
                 block: int = 256, progress: bool = True, pooled: bool = False) -> Path:
@@ -242,6 +263,7 @@ def read_butd_tsv(paths: Iterable[str | os.PathLike]) -> Iterator[TsvRecord]:
                 raise XmrError(f"{path}: not a text TSV (undecodable byte at offset {e.start})") from None
 
 
+@_discard_parts_on_error
 def import_butd_tsv(paths: list[str | os.PathLike], out: str | os.PathLike, split: CaptionedSplit | None = None,
                     dtype: str = "float32", block: int = 256, progress: bool = True) -> Path:
     """BUTD TSV file(s) -> ``out`` (HDF5); in ``split``'s order (other images skipped) when given."""

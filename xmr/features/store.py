@@ -33,7 +33,7 @@ import numpy as np
 
 from xmr import __version__
 from xmr.errors import XmrError
-from xmr.io import atomic_path
+from xmr.io import atomic_path, remove_stale_temps
 
 LAYOUT_VERSION = 1
 _SHARD_NAME = re.compile(r"^(\d+)\.npz$")
@@ -56,6 +56,8 @@ class ShardWriter:
         for stale in self.parts.glob(".*"):
             if stale.is_file():
                 stale.unlink()
+        # ... and one killed while assembling leaves atomic_path's temporary store beside ``out``
+        remove_stale_temps(self.out)
         stamp = self.parts / "attrs.npz"
         if stamp.exists():  # a resumed run must extract with the same settings, or shards would mix
             old = {k: str(v) for k, v in np.load(stamp).items()}
@@ -69,6 +71,12 @@ class ShardWriter:
             with atomic_path(stamp, ".npz") as tmp:
                 with open(tmp, "wb") as f:
                     np.savez(f, **{k: np.asarray(str(v)) for k, v in self.attrs.items()})
+
+    def abandon(self) -> None:
+        """After a failed run: remove the parts folder when it holds no finished shard (only the settings
+        stamp); finished shards stay, so that a rerun resumes."""
+        if self.parts.exists() and not self.shards():
+            shutil.rmtree(self.parts, ignore_errors=True)
 
     def _shard(self, start: int) -> Path:
         return self.parts / f"{start:09d}.npz"

@@ -3,7 +3,9 @@
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
 ``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt``;
-per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU.
+per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt`` also holds the
+best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a ``best.pt``
+lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.io.fault_point`` calls.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
-from xmr.io import atomic_path, sha256_file, write_json
 from xmr.inference import _to, build_model, encode_split, load_trained, score_bank, score_split  # noqa: F401
+from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
@@ -33,6 +35,17 @@ from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_t
                                  positive_mask)
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
+
+#: what best.pt holds (a subset of last.pt's keys)
+BEST_KEYS = ("model", "vocab_words", "image_dim", "epoch", "best_rsum")
+
+
+def _resume_checkpoint(last: Path, device) -> dict:
+    """last.pt for resuming; an unreadable one (cut short by a kill or a full disk) is a one-line error."""
+    try:
+        return load_checkpoint(last, device)
+    except XmrError as e:
+        raise XmrError(f"{e}; cannot resume from it: rerun with --no-resume to start over, or delete it") from None
 
 
 class TrainForward(torch.nn.Module):
@@ -162,6 +175,10 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     out = Path(out_dir)
     ctx = dist.setup()
     device = resolve_device(cfg["train"]["device"]) if not ctx.enabled else ctx.device
+    if ctx.is_main:  # before loading data and models: a read-only or missing disk fails in one line, at once
+        check_writable_dir(out, "training output directory (--out-dir)")
+        for name in ("config.yaml", "last.pt", "best.pt", "history.csv", "train.json"):
+            remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     tcfg, ocfg = cfg["train"], cfg["optim"]
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
@@ -192,15 +209,18 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
 
     state = {"epoch": -1, "best_rsum": -math.inf, "best_epoch": -1, "history": [], "run_id": None, "step": 0}
+    best_model = None  # CPU copy of the best weights while the current epoch is not the best
     last = out / "last.pt"
     digest = config_digest(cfg)
-    if resume and last.exists() and load_checkpoint(last, "cpu").get("config_sha256") != digest:
+    if resume and last.exists() and _resume_checkpoint(last, "cpu").get("config_sha256") != digest:
         if progress and ctx.is_main:
             print(f"{last} was trained with a different config: starting over")
         resume = False
     if resume and last.exists():
-        ck = load_checkpoint(last, device)
+        ck = _resume_checkpoint(last, device)
         model.load_state_dict(ck["model"])
+        if ck.get("best_model") is not None:  # kept on the CPU, as while training
+            best_model = {k: v.cpu() for k, v in ck["best_model"].items()}
         optimizer.load_state_dict(ck["optimizer"])
         state.update({k: ck[k] for k in state})
         written_by = ck.get("world_size", ctx.world_size)
@@ -210,6 +230,14 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                   f"{tcfg['batch_size'] * ctx.world_size} (train.batch_size is per process)", flush=True)
         if ctx.is_main:  # always said: a resumed run must be visible in logs
             print(f"resuming {out} after epoch {state['epoch'] + 1}", flush=True)
+            if state["best_epoch"] > 0 and not (out / "best.pt").exists():
+                # a kill between last.pt and best.pt, or Snakemake deleting best.pt as an incomplete output:
+                # last.pt carries the best weights (its own when the last epoch was the best)
+                best = {k: ck[k] for k in BEST_KEYS} | {"epoch": state["best_epoch"] - 1}
+                if best_model is not None:
+                    best["model"] = best_model
+                save_checkpoint(out / "best.pt", best)
+                print(f"restored {out / 'best.pt'} (epoch {state['best_epoch']}) from {last}", flush=True)
     train_model: torch.nn.Module = ctx.wrap(TrainForward(model))
 
     if ctx.is_main:
@@ -263,6 +291,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
             for it, batch in enumerate(bar):
+                fault_point("step")
                 try:
                     terms = stepper(batch, epoch, it, steps_per_epoch)
                 except NonFiniteLoss as e:
@@ -283,6 +312,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                                    "samples_per_s": seen / max(1e-9, time.time() - t0),
                                    "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
             if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == tcfg["epochs"]):
+                fault_point("validate")
                 metrics = validate(model, cfg, val_data, val_feats, device)
                 row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
                                                              for k in ("r1", "r5", "r10")}})
@@ -297,13 +327,19 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 is_best = row.get("val_rsum", -math.inf) > state["best_rsum"]
                 if is_best:
                     state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
+                    best_model = None  # the current weights are the best: last.pt's "model"
+                elif best_model is None and state["best_epoch"] > 0:
+                    best_model = {k: v.detach().to("cpu", copy=True) for k, v in
+                                  load_checkpoint(out / "best.pt", "cpu")["model"].items()}
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                       "vocab_words": vocab_words, "image_dim": image_dim,
                       "config_sha256": digest, "world_size": ctx.world_size, **state}
+                if best_model is not None:  # so that best.pt can be rebuilt after a kill (see the resume path)
+                    ck["best_model"] = best_model
+                fault_point("checkpoint")
                 save_checkpoint(last, ck)
                 if is_best:
-                    save_checkpoint(out / "best.pt", {k: ck[k] for k in ("model", "vocab_words", "image_dim",
-                                                                        "epoch", "best_rsum")})
+                    save_checkpoint(out / "best.pt", {k: ck[k] for k in BEST_KEYS})
                 _write_history(out / "history.csv", state["history"])
             ctx.barrier()
         summary = {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
