@@ -111,3 +111,14 @@ def test_the_shipped_benchmark_resolves_every_run_config():
     for v in bench.variants:
         cfg = bench.run_config(v, bench.seeds[0])
         assert cfg["train"]["seed"] == bench.seeds[0] and cfg["name"] == f"benchmark.{v}.s{bench.seeds[0]}"
+
+
+def test_allow_missing_lists_the_missing_runs_and_marks_their_claims(bench_dir):
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    for seed in (0, 1, 2):
+        (bench_dir / "results" / "toy" / "bench" / "bench" / "b" / f"s{seed}.json").unlink()
+    paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs", strict=False)
+    claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
+    assert claims["a beats b"]["verdict"] == "not run"
+    assert claims["FR helps a"]["verdict"] == "holds"  # both sides present
+    assert "3 of 6 runs have no results yet** (b/s0, b/s1, b/s2)" in paths["md"].read_text()

@@ -430,3 +430,12 @@ def test_disk_full_during_a_feature_shard_write(tmp_path, monkeypatch):
     with pytest.raises(XmrError, match=r"000000000\.npz: disk full or quota exceeded while writing it"):
         extract_features(split, bcfg, out, batch_size=4, workers=0, progress=False)
     assert list(out.parent.iterdir()) == []
+
+
+def test_cluster_submission_with_sqlite_tracking_warns():
+    from xmr.tracking import cluster_sqlite_warning
+
+    msg = cluster_sqlite_warning(True, "sqlite:///mlflow.db")
+    assert msg and "mlflow.db" in msg and "xmr mlflow-server" in msg and "MLFLOW_TRACKING_URI" in msg
+    assert cluster_sqlite_warning(True, "http://127.0.0.1:5000") is None  # a server: fine
+    assert cluster_sqlite_warning(False, "sqlite:///mlflow.db") is None   # local jobs: one process at a time

@@ -217,6 +217,13 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
         subset, metric = c.get("subset", ALL), c.get("metric", "rsum")
         b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
         if not b or not w:
+            if any(r["subset"] == subset for r in records):  # the subset exists: these runs are missing
+                rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
+                             "subset": subset, "metric": metric, "better_mean": float("nan"),
+                             "better_std": float("nan"), "worse_mean": float("nan"), "worse_std": float("nan"),
+                             "diff": float("nan"), "se": float("nan"), "n": 0, "paired": bv == wv,
+                             "verdict": "not run"})
+                continue
             raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
                            f"define that evaluation subset?")
         cmp = compare(b, w, paired=bv == wv)
@@ -289,7 +296,7 @@ def dataset_stats(bench: Benchmark) -> dict | None:
 
 
 def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict,
-                       stats: dict | None = None) -> str:
+                       stats: dict | None = None, missing: list[str] = ()) -> str:
     out = io.StringIO()
     if stats:
         test = stats["splits"].get("test", {})
@@ -323,6 +330,9 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
                 out.write(f"| {v} | " + " | ".join(cells) + " |\n")
             out.write("\n")
     out.write("Variants: " + "; ".join(f"`{v}` = {bench.label(v)}" for v in bench.variants) + ".\n\n")
+    if missing:
+        out.write(f"**Incomplete: {len(missing)} of {len(bench.variants) * n} runs have no results yet** "
+                  f"({', '.join(missing)}); their claims are marked *not run* and means use the seeds present.\n\n")
     out.write(f"{times['runs']} trainings ({len(bench.variants)} variants × {n} seeds); "
               f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
               f"last evaluation {times['wall_minutes']:.1f} min.\n")
@@ -335,13 +345,19 @@ def claims_markdown(claims: list[dict], n_seeds: int) -> str:
               f"|---|---|---|---|---|---|---|---|\n")
     for c in claims:
         metric = "" if c["metric"] == "rsum" else f" ({c['metric']})"
+        diff = "–" if not math.isfinite(c["diff"]) else \
+            f"{c['diff']:+.1f} ± {c['se']:.1f}{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
         out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
                   f"{_pm(c['better_mean'], c['better_std'])} | {_pm(c['worse_mean'], c['worse_std'])} | "
-                  f"{c['diff']:+.1f} ± {c['se']:.1f}{' (paired)' if c['paired'] else ''} | **{c['verdict']}** |\n")
+                  f"{diff} | **{c['verdict']}** |\n")
     out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference (paired over seeds when "
               f"both sides are the same models, else Welch's). *holds*: difference > 2 SE; *does not hold*: "
               f"< −2 SE; else *inconclusive*.\n")
     return out.getvalue()
+
+
+def _seeds_note(n: int, n_seeds: int) -> str:
+    return "" if n >= n_seeds else f" ({n} seeds)"
 
 
 def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLike) -> None:
@@ -375,13 +391,14 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
 
 
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, results_root: str | os.PathLike = "results",
-                    runs_root: str | os.PathLike = "runs") -> dict[str, Path]:
-    """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths."""
+                    runs_root: str | os.PathLike = "runs", strict: bool = True) -> dict[str, Path]:
+    """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths.
+    ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
     out = Path(out_dir or Path(results_root) / bench.dataset)
     out.mkdir(parents=True, exist_ok=True)
-    records = gather(bench, results_root)
+    records = gather(bench, results_root, strict)
     rows = summary_rows(bench, records)
     claims = judge_claims(bench, records)
     times = timing(bench, runs_root, results_root)
@@ -389,7 +406,9 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, 
     paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
              (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
               ("claims_csv", "_claims.csv"))}
-    for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats)),
+    present = {(r["variant"], r["seed"]) for r in records}
+    missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
+    for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing)),
                       ("claims_md", claims_markdown(claims, len(bench.seeds))),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:

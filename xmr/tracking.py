@@ -127,6 +127,29 @@ def shared_sqlite_note(uri: str, env: dict[str, str] | None = None) -> str | Non
             f"`xmr mlflow-server` and export MLFLOW_TRACKING_URI=http://HOST:PORT (docs/tracking.md)")
 
 
+def cluster_sqlite_warning(non_local_exec: bool, uri: str | None = None) -> str | None:
+    """What the workflow prints when it starts submitting jobs to a cluster (`snakemake --profile slurm`) while
+    runs would log to a SQLite file: every job would share that one file. None when jobs run locally or log to a
+    server."""
+    uri = uri or tracking_uri()
+    db = sqlite_path(uri)
+    if not non_local_exec or db is None:
+        return None
+    return (f"xmr: warning: cluster jobs will all log to the one SQLite file {db} ({uri}); many jobs on one SQLite "
+            f"file (worse, on a network file system) lock it and can corrupt it. Start `xmr mlflow-server` on a "
+            f"login node and export MLFLOW_TRACKING_URI=http://HOST:PORT before submitting (docs/tracking.md).")
+
+
+def warn_cluster_sqlite(non_local_exec: bool, stream=None) -> bool:
+    """Print :func:`cluster_sqlite_warning` (the workflow's ``onstart``); True when it warned."""
+    import sys
+
+    msg = cluster_sqlite_warning(non_local_exec)
+    if msg:
+        print(msg, file=stream or sys.stderr, flush=True)
+    return msg is not None
+
+
 def retry_locked(fn, *args, attempts: int = 8, first_wait: float = 0.2, **kwargs):
     """``fn(*args, **kwargs)``, retried with exponential back-off (plus jitter) while SQLite answers "database
     is locked" (many jobs writing one ``mlflow.db``); any other error, or the last attempt's, propagates."""

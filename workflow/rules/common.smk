@@ -3,6 +3,7 @@ import sys
 from snakemake.utils import min_version
 
 from xmr.doctor import workflow_preflight
+from xmr.tracking import warn_cluster_sqlite
 from xmr.layout import (AFTER_FAILURE, job_resource, parse_target, recipe_features, recipe_image_inputs,
                         recipe_path, recipe_text_feature_files, rerank_inputs, rerank_options, run_dir,
                         validate_workflow_config)
@@ -14,6 +15,11 @@ configfile: "config/config.yaml"
 
 
 validate_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+
+onstart:
+    # cluster submission with the default SQLite store: say so before the jobs pile up on one file
+    warn_cluster_sqlite(workflow.non_local_exec)
+
 
 onerror:
     print(AFTER_FAILURE, file=sys.stderr)

@@ -10,11 +10,14 @@ def add_arguments(p):
     p.add_argument("--results-root", default="results")
     p.add_argument("--runs-root", default="runs")
     p.add_argument("--config-dir", default="config")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="write the tables from the runs that have results; list the missing ones and mark their claims "
+                        "'not run' (default: a missing results file is an error)")
 
 
 def run(args):
     from xmr.benchmark import load_benchmark, write_benchmark
 
     bench = load_benchmark(args.benchmark, args.config_dir)
-    paths = write_benchmark(bench, args.out_dir, args.results_root, args.runs_root)
+    paths = write_benchmark(bench, args.out_dir, args.results_root, args.runs_root, strict=not args.allow_missing)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
