@@ -24,6 +24,7 @@ from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
 from xmr.io import atomic_path, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
+from xmr.progress import eta, log_line
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train.checkpoint import load_checkpoint, save_checkpoint
@@ -77,7 +78,7 @@ def config_digest(cfg: dict) -> str:
     import json
 
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
-    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every", "threads")}
+    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every", "log_every_steps", "threads")}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -278,7 +279,9 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
         else math.ceil(len(dataset) / (bs * ctx.world_size))
     stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
-    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
+    # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
+    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags, id_file=out / "mlflow_run_id",
+                     resume=resume):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
             tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
@@ -317,6 +320,10 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 loss_sum += loss.item()
                 nb += 1
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
+                if not progress and ctx.is_main and tcfg["log_every_steps"] and (it + 1) % tcfg["log_every_steps"] == 0:
+                    dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
+                    log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", step=f"{it + 1}/{steps_per_epoch}",
+                             loss=loss_sum / nb, samples_per_s=seen / max(dt, 1e-9), eta=eta(dt, it + 1, steps_per_epoch))
                 if state["step"] % tcfg["log_every"] == 0:
                     tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
                                         | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
@@ -328,11 +335,12 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 metrics = validate(model, cfg, val_data, val_feats, device)
                 row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
                                                              for k in ("r1", "r5", "r10")}})
-                tracker.log_metrics(metrics_to_flat(metrics, "val") | {"train/epoch_loss": row["loss"]},
-                                    step=epoch + 1)
-                if progress:
-                    print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  val rsum {metrics['rsum']:.1f}  "
-                          f"({row['samples_per_s']:.0f} samples/s)")
+                tracker.log_metrics(metrics_to_flat(metrics, "val"), step=epoch + 1)
+            if ctx.is_main:  # always (with or without a bar): the line a job log shows per epoch, and in MLflow
+                tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
+                                     "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
+                log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", loss=row["loss"], val_rsum=row.get("val_rsum"),
+                         samples_per_s=row["samples_per_s"], seconds=round(row["seconds"], 1))
             state["history"].append(row)
             state["epoch"] = epoch
             if ctx.is_main:
@@ -382,9 +390,13 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
     data, feats = load_split_images(cfg, split)
+    t0 = time.time()
     img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
     with torch.no_grad():
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
+    dt = time.time() - t0
+    log_line(f"score {split}", images=len(img), captions=len(cap), seconds=round(dt, 1),
+             items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
 
