@@ -12,15 +12,19 @@ import time
 from typing import Any, Iterable, Iterator
 
 
-def fmt(value: Any) -> str:
+# rates and durations: one decimal; other numbers (losses, metrics): 4 decimals below 100
+ONE_DECIMAL = ("_per_s", "seconds")
+
+
+def fmt(key: str, value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 100 else f"{value:.1f}"
+        return f"{value:.1f}" if key.endswith(ONE_DECIMAL) or abs(value) >= 100 else f"{value:.4f}"
     return str(value)
 
 
 def log_line(head: str, **fields: Any) -> str:
     """Print ``head key=value ...`` to stderr (flushed at once: logs are files) and return it."""
-    line = " ".join([head, *(f"{k}={fmt(v)}" for k, v in fields.items() if v is not None)])
+    line = " ".join([head, *(f"{k}={fmt(k, v)}" for k, v in fields.items() if v is not None)])
     print(line, file=sys.stderr, flush=True)
     return line
 
@@ -65,7 +69,7 @@ class LineLog:
     def close(self) -> None:
         dt = time.time() - self.t0
         done = self.n - self.start_n
-        log_line(self.desc, done=f"{self.n}/{self.total or self.n}", seconds=round(dt, 1),
+        log_line(self.desc, done=f"{self.n}/{self.total or self.n}", seconds=dt,
                  **{f"{self.unit}_per_s": done / max(dt, 1e-9)})
 
 

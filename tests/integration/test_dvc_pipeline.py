@@ -32,8 +32,8 @@ def dvc(*args: str) -> list[str]:
 
 def tracked_files(root: Path) -> list[str]:
     files = [f"runs/synth/{r}/{f}" for r in RECIPES for f in RUN_FILES] + TARGETS
-    files += [str(p.relative_to(root)) for top in ("data/synth", "features/synth") for p in sorted((root / top).rglob("*"))
-              if p.is_file() and p.name != ".gitignore"]
+    files += [str(p.relative_to(root)) for top in ("data/synth", "features/synth")
+              for p in sorted((root / top).rglob("*")) if p.is_file() and p.name != ".gitignore"]
     return files
 
 
@@ -75,10 +75,26 @@ def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
+def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
+    """The workflow runs `xmr train --no-progress > log`: the log still has loss, validation RSUM and samples/s
+    for every epoch."""
+    from xmr.progress import parse_line
+
+    root, _ = dvc_repo
+    epochs = yaml.safe_load((root / VSEPP).read_text())["train"]["epochs"]
+    lines = (root / "logs/train/synth_vsepp.log").read_text().splitlines()
+    per_epoch = [parse_line(ln) | {"head": ln.split()[1]} for ln in lines
+                 if ln.startswith("epoch ") and "step=" not in ln]
+    assert [e["head"] for e in per_epoch] == [f"{k}/{epochs}" for k in range(1, epochs + 1)]
+    for e in per_epoch:
+        assert float(e["loss"]) > 0 and float(e["val_rsum"]) >= 0 and float(e["samples_per_s"]) > 0
+
+
 def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
     root, env = dvc_repo
     shown = json.loads(run(dvc("metrics", "show", "--json"), root, env).stdout)
-    metrics = shown["workspace"]["data"]  # per results file: what the file holds
+    (workspace,) = shown.values()  # the workspace only (its key is "" or "workspace" depending on the version)
+    metrics = workspace["data"]  # per results file: what the file holds
     for target in TARGETS:
         assert metrics[target]["data"] == json.loads((root / target).read_text())
 
@@ -92,7 +108,8 @@ def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
     # params diff: every recipe param of the tracked recipes, with its value in the recipe file
     params = json.loads(run(dvc("params", "diff", "--all", "--json"), root, env).stdout)
     recipe = yaml.safe_load((root / VSEPP).read_text())
-    assert params[VSEPP]["optim.lr"] == {"old": recipe["optim"]["lr"], "new": recipe["optim"]["lr"]}
+    lr = params[VSEPP]["optim.lr"]
+    assert (lr["old"], lr["new"]) == (recipe["optim"]["lr"], recipe["optim"]["lr"])
     assert "config/recipes/synth/dvse.yaml" in params and "config/rerank/fr.yaml" in params
 
 

@@ -78,7 +78,8 @@ def config_digest(cfg: dict) -> str:
     import json
 
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
-    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every", "log_every_steps", "threads")}
+    bookkeeping = ("workers", "log_every", "log_every_steps", "threads")
+    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in bookkeeping}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -320,10 +321,12 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 loss_sum += loss.item()
                 nb += 1
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
-                if not progress and ctx.is_main and tcfg["log_every_steps"] and (it + 1) % tcfg["log_every_steps"] == 0:
+                every = tcfg["log_every_steps"]
+                if not progress and ctx.is_main and every and (it + 1) % every == 0:
                     dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
                     log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", step=f"{it + 1}/{steps_per_epoch}",
-                             loss=loss_sum / nb, samples_per_s=seen / max(dt, 1e-9), eta=eta(dt, it + 1, steps_per_epoch))
+                             loss=loss_sum / nb, samples_per_s=seen / max(dt, 1e-9),
+                             eta=eta(dt, it + 1, steps_per_epoch))
                 if state["step"] % tcfg["log_every"] == 0:
                     tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
                                         | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
@@ -340,7 +343,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
                                      "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
                 log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", loss=row["loss"], val_rsum=row.get("val_rsum"),
-                         samples_per_s=row["samples_per_s"], seconds=round(row["seconds"], 1))
+                         samples_per_s=row["samples_per_s"], seconds=row["seconds"])
             state["history"].append(row)
             state["epoch"] = epoch
             if ctx.is_main:
@@ -395,7 +398,7 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     with torch.no_grad():
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
     dt = time.time() - t0
-    log_line(f"score {split}", images=len(img), captions=len(cap), seconds=round(dt, 1),
+    log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
