@@ -46,7 +46,9 @@ repro: venv
 # (No venv prerequisite: it runs in fresh clones with the tools on PATH.)
 sync:
 	dvc checkout
-	snakemake --touch --cores 1 $(or $(DVC_TARGETS),$$(python -m xmr dvc-targets))
+	@targets="$(DVC_TARGETS)"; [ -n "$$targets" ] || targets=$$(python -m xmr dvc-targets) || exit 1; \
+	if [ -z "$$targets" ]; then echo "no DVC stage outputs present: nothing to sync"; exit 0; fi; \
+	echo "snakemake --touch --cores 1 $$targets"; snakemake --touch --cores 1 $$targets
 
 pull: venv
 	$(BIN)/dvc pull
