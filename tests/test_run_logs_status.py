@@ -93,3 +93,18 @@ def test_killed_training_started_over_is_marked_killed(tracked, tmp_path):
     status = {r.info.run_id: r.info.status for r in runs}
     assert len(status) == 2 and status.pop(killed_id) == "KILLED"
     assert list(status.values()) == ["FINISHED"]
+
+
+def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):
+    """What extraction logs with --no-progress: a line every `every` batches, the throughput at the end."""
+    from xmr.progress import bar
+
+    log = bar(total=10, initial=2, desc="extract synth/train", unit="img", progress=False, every=2)
+    for _ in range(4):  # 4 batches of 2 images after 2 already done (a resumed extraction)
+        log.update(2)
+    log.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [["extract", "synth/train"]] * 3
+    fields = [parse_line(ln) for ln in lines]
+    assert [f["done"] for f in fields] == ["6/10", "10/10", "10/10"]
+    assert "eta" in fields[0] and "seconds" in fields[2] and float(fields[2]["img_per_s"]) > 0
