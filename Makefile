@@ -9,8 +9,8 @@ export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
 DEMO_TARGET ?= results/synth/dvse.json results/synth/dvse_fr.json
-# the Snakemake targets of the dvc.yaml stages (what `make sync` marks up to date)
-DVC_TARGETS ?= results/synth/summary.json
+# the Snakemake targets `make sync` marks up to date; default: those of the dvc.lock stages that are present
+DVC_TARGETS ?=
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
 
@@ -50,7 +50,9 @@ repro: venv
 # (No venv prerequisite: it runs in fresh clones with the tools on PATH.)
 sync:
 	dvc checkout
-	snakemake --touch --cores 1 $(DVC_TARGETS)
+	@targets="$(DVC_TARGETS)"; [ -n "$$targets" ] || targets=$$(python -m xmr dvc-targets) || exit 1; \
+	if [ -z "$$targets" ]; then echo "no DVC stage outputs present: nothing to sync"; exit 0; fi; \
+	echo "snakemake --touch --cores 1 $$targets"; snakemake --touch --cores 1 $$targets
 
 pull: venv
 	$(BIN)/dvc pull

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
+from xmr.progress import log_line
 from xmr.train.checkpoint import load_checkpoint
 from xmr.train.data import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
 from xmr.train.e2e import build_image_backbone, image_input_settings, is_end_to_end
@@ -95,9 +97,13 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
     data, feats = load_split_images(cfg, split)
+    t0 = time.time()
     img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
     with torch.no_grad():
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
+    dt = time.time() - t0
+    log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
+             items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
 

@@ -184,3 +184,72 @@ def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path 
     ds = cfg["dataset_cfg"]
     return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
             "score": [f"{where}/{ds['test_split']}.h5"]}
+
+
+# --- big targets say they are big ------------------------------------------------------------------------------
+
+_ANNOUNCED: set[str] = set()
+
+
+def planned_runs(dataset: str, recipes: list[str], experiments: list = (), runs_root: str = "runs") -> list[Path]:
+    """The run directories (one training each) behind ``recipes`` of ``dataset`` plus the variants of
+    ``experiments`` (:class:`xmr.experiments.Experiment`; a comparison of recipes trains the recipes themselves)."""
+    runs = {Path(runs_root) / dataset / r for r in recipes}
+    for exp in experiments:
+        if dataset in exp.datasets:
+            runs.update(exp.run_dir(dataset, v, runs_root) for v in exp.variants_for(dataset))
+    return sorted(runs)
+
+
+def training_count_message(target: str, run_dirs: list[Path]) -> str:
+    """``TARGET implies N trainings (K done, M to run)`` (a training is done when its ``train.json`` exists)."""
+    done = sum((Path(d) / "train.json").exists() for d in run_dirs)
+    return (f"{target} implies {len(run_dirs)} trainings ({done} already trained, {len(run_dirs) - done} to run; "
+            f"docs/pipeline.md, 'How big is a target')")
+
+
+def announce_trainings(target: str, run_dirs: list[Path]) -> None:
+    """Print :func:`training_count_message` once per target while Snakemake builds its DAG (dry runs too: the
+    input functions that call this run before the job list is printed, unlike ``onstart``)."""
+    if target in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(target)
+    import sys
+
+    print(training_count_message(target, run_dirs), file=sys.stderr, flush=True)
+
+
+# --- DVC ----------------------------------------------------------------------------------------------------------
+
+
+# the snakemake options of a stage command that take a value (the next word is not a target)
+_VALUE_OPTIONS = {"--cores", "-c", "--jobs", "-j", "--profile", "--configfile", "--directory", "-d", "--snakefile",
+                  "-s", "--executor", "-e", "--rerun-triggers"}
+
+
+def dvc_snakemake_targets(lock: str | Path = "dvc.lock", existing_only: bool = True) -> list[str]:
+    """The Snakemake targets of the DVC stages recorded in ``lock`` (the file arguments of each stage's
+    ``snakemake ...`` command), in stage order; ``existing_only``: only those present (a clone that pulled some
+    stages). What ``make sync`` marks up to date after ``dvc pull``/``dvc checkout``."""
+    import shlex
+
+    import yaml
+
+    path = Path(lock)
+    if not path.exists():
+        raise XmrError(f"{path} not found: run `dvc repro` (or `dvc pull` in a clone of a reproduced commit) first")
+    stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
+    targets: list[str] = []
+    for stage in stages.values():
+        words = shlex.split(stage.get("cmd", "") if isinstance(stage.get("cmd"), str) else " ".join(stage["cmd"]))
+        if not words or Path(words[0]).name != "snakemake":
+            continue
+        skip = False
+        for w in words[1:]:
+            if skip:
+                skip = False
+            elif w.startswith("-"):
+                skip = w in _VALUE_OPTIONS
+            elif w not in targets and (not existing_only or Path(w).exists()):
+                targets.append(w)
+    return targets

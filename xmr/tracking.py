@@ -182,23 +182,59 @@ class Tracker:
             if note:
                 print(note, file=sys.stderr, flush=True)
 
+    def status(self, run_id: str) -> str | None:
+        """A run's status in this store (``RUNNING``, ``FINISHED``, ``FAILED``, ``KILLED``), None if not there."""
+        try:
+            return self.mlflow.MlflowClient(self.uri).get_run(run_id).info.status
+        except Exception:  # unknown id, or a run of another store
+            return None
+
+    def settle(self, id_file: Path, run_id: str | None, resume: bool) -> str | None:
+        """The truth about an earlier attempt of this training (its run id is in ``id_file``, written when the
+        attempt started): a ``RUNNING`` run there was killed (SIGKILL, SLURM time limit, node failure).
+
+        Resumed (``resume`` and ``run_id`` from the checkpoint, or no checkpoint yet and that run still
+        ``RUNNING``): that run is continued, so one training is one run. Not resumed (``--no-resume``, a
+        changed config): it is marked ``KILLED``. Returns the run id to reopen, or None for a new run."""
+        prev = id_file.read_text().strip() if id_file.exists() else None
+        if run_id and self.status(run_id) is None:
+            print(f"note: MLflow run {run_id} (from the checkpoint) is not in {self.uri}; starting a new run",
+                  flush=True)
+            run_id = None
+        if resume and run_id is None and prev and self.status(prev) == "RUNNING":
+            run_id = prev  # killed before its first checkpoint: continue the same run
+        if prev and prev != run_id and self.status(prev) == "RUNNING":
+            self.mlflow.MlflowClient(self.uri).set_terminated(prev, status="KILLED")
+            print(f"MLflow run {prev} of an earlier, killed attempt marked KILLED", flush=True)
+        return run_id
+
     @contextmanager
     def run(self, experiment: str, run_name: str, run_id: str | None = None, tags: dict | None = None,
-            parent_run_id: str | None = None) -> Iterator["Tracker"]:
+            parent_run_id: str | None = None, id_file: str | os.PathLike | None = None,
+            resume: bool = True) -> Iterator["Tracker"]:
         """Start (or, with ``run_id``, reopen) a run; a new run nests under ``parent_run_id`` or
-        ``$XMR_PARENT_RUN_ID`` when given (sweeps)."""
+        ``$XMR_PARENT_RUN_ID`` when given (sweeps). ``id_file`` (beside a training's ``last.pt``) records the
+        run id of each attempt, so the next attempt can continue it or mark it ``KILLED`` (:meth:`settle`)."""
         if not self.enabled:
             yield self
             return
         mlflow = self.mlflow
         with store_lock(self.uri):
             mlflow.set_experiment(experiment)
+        if id_file is not None:
+            id_file = Path(id_file)
+            run_id = self.settle(id_file, run_id, resume)
         kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
         parent_run_id = parent_run_id or os.environ.get(PARENT_ENV) or None
         if parent_run_id and not run_id:
             kwargs.update(nested=True, parent_run_id=parent_run_id)
         with mlflow.start_run(**kwargs) as active:
             self.run_id = active.info.run_id
+            if id_file is not None:
+                from xmr.io import atomic_path
+
+                with atomic_path(id_file) as tmp:
+                    tmp.write_text(self.run_id + "\n")
             if not run_id:
                 mlflow.set_tags(environment_tags())
             if tags:

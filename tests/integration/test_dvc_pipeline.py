@@ -1,7 +1,9 @@
 """DVC around the Snakemake pipeline, in a temp git repository made from a copy of this one (tiny synth sizes):
-`dvc repro`, an experiment on a recipe param compared with `dvc metrics diff` / `dvc exp show` / `dvc plots
-show`, and a `dvc push` / `dvc pull` round trip through the local remote after which `make sync` leaves
-Snakemake nothing to do."""
+one `dvc repro` of the demo's stages (train@synth-dvse, rerank@synth-dvse_fr) and vsepp's; `dvc metrics show`,
+`dvc plots show`, `dvc params diff` with content; `dvc exp run -S` on one recipe's parameter retraining that
+recipe only; a `dvc push` / `dvc pull` round trip through the default remote after which `make sync` leaves
+Snakemake nothing to do. No assertion depends on what synth training reaches (only on files and their
+agreement), so changes to the synth generator and recipes do not break it."""
 
 from __future__ import annotations
 
@@ -18,43 +20,59 @@ pytestmark = pytest.mark.integration
 
 GIT_ID = {"GIT_AUTHOR_NAME": "xmr test", "GIT_AUTHOR_EMAIL": "test@xmr", "GIT_COMMITTER_NAME": "xmr test",
           "GIT_COMMITTER_EMAIL": "test@xmr"}
-OUTS = ("data/synth", "features/synth", "runs/synth", "results/synth")  # dvc.yaml stage `synth` outs
-SUMMARY = "results/synth/summary.json"
+RECIPES = ("vsepp", "dvse")
+TARGETS = ["results/synth/vsepp.json", "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+RUN_FILES = ("best.pt", "config.yaml", "train.json", "test_sims.npy", "history.csv")  # what a train stage tracks
+VSEPP = "config/recipes/synth/vsepp.yaml"
 
 
 def dvc(*args: str) -> list[str]:
     return [str(BIN / "dvc"), *args]
 
 
+def tracked_files(root: Path) -> list[str]:
+    files = [f"runs/synth/{r}/{f}" for r in RECIPES for f in RUN_FILES] + TARGETS
+    files += [str(p.relative_to(root)) for top in ("data/synth", "features/synth")
+              for p in sorted((root / top).rglob("*")) if p.is_file() and p.name != ".gitignore"]
+    return files
+
+
 def file_hashes(root: Path) -> dict[str, str]:
-    out = {}
-    for top in OUTS:
-        for p in sorted((root / top).rglob("*")):
-            if p.is_file() and p.name != ".gitignore":
-                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
+    return {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in tracked_files(root)}
 
 
-def flat_metrics(doc: dict, prefix: str = "") -> dict[str, float]:
-    """summary.json -> {"vsepp.RSUM": ..} (the keys `dvc metrics diff` reports; numbers only)."""
+def flat_numbers(doc: dict, prefix: str = "") -> dict[str, float]:
     out = {}
     for k, v in doc.items():
         if isinstance(v, dict):
-            out.update(flat_metrics(v, f"{prefix}{k}."))
-        elif isinstance(v, (int, float)):
+            out.update(flat_numbers(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[f"{prefix}{k}"] = v
     return out
+
+
+def shrink_dvc_yaml(root: Path) -> None:
+    """Keep the stages of the tiny recipes (the copy trains only those): the demo's two and vsepp."""
+    path = root / "dvc.yaml"
+    doc = yaml.safe_load(path.read_text())
+    for var in doc["vars"]:
+        if "train" in var:
+            var["train"] = {k: v for k, v in var["train"].items() if v["dataset"] == "synth" and v["recipe"] in RECIPES}
+            assert len(var["train"]) == len(RECIPES)
+        if "rerank" in var:
+            var["rerank"] = {k: v for k, v in var["rerank"].items() if k == "synth-dvse_fr"}
+    for plot in doc.get("plots", []):
+        for definition in plot.values():
+            definition["y"] = {f: c for f, c in definition["y"].items() if f.split("/")[2] in RECIPES}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 @pytest.fixture(scope="module")
 def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """A git repo of the project (tiny synth), reproduced with `dvc repro` and committed with its dvc.lock."""
     root = copy_repo(tmp_path_factory.mktemp("dvc") / "repo")
-    make_tiny(root)
-    cfg_path = root / "config" / "config.yaml"  # the summary of one recipe keeps `dvc repro` to seconds of CPU
-    cfg = yaml.safe_load(cfg_path.read_text())
-    cfg["summary_targets"]["synth"] = ["vsepp"]
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    make_tiny(root, RECIPES)
+    shrink_dvc_yaml(root)
     env = tool_env(root, **GIT_ID)
     run(["git", "init", "-q", "-b", "main"], root, env)
     run(["git", "add", "-A"], root, env)
@@ -67,63 +85,100 @@ def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
-def test_push_pull_round_trip_then_sync_leaves_snakemake_nothing_to_do(dvc_repo, tmp_path):
+def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
+    """The workflow runs `xmr train --no-progress > log`: the log still has loss, validation RSUM and samples/s
+    for every epoch."""
+    from xmr.progress import parse_line
+
+    root, _ = dvc_repo
+    epochs = yaml.safe_load((root / VSEPP).read_text())["train"]["epochs"]
+    lines = (root / "logs/train/synth_vsepp.log").read_text().splitlines()
+    per_epoch = [parse_line(ln) | {"head": ln.split()[1]} for ln in lines
+                 if ln.startswith("epoch ") and "step=" not in ln]
+    assert [e["head"] for e in per_epoch] == [f"{k}/{epochs}" for k in range(1, epochs + 1)]
+    for e in per_epoch:
+        assert float(e["loss"]) > 0 and float(e["val_rsum"]) >= 0 and float(e["samples_per_s"]) > 0
+
+
+def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
     root, env = dvc_repo
-    run(dvc("push"), root, env, timeout=300)  # the shipped default remote: ./dvcstore beside the repo root
-    assert any((root / "dvcstore").rglob("*")), "dvc push wrote nothing to the local remote"
+    shown = json.loads(run(dvc("metrics", "show", "--json"), root, env).stdout)
+    (workspace,) = shown.values()  # the workspace only (its key is "" or "workspace" depending on the version)
+    metrics = workspace["data"]  # per results file: what the file holds
+    for target in TARGETS:  # every number of the results file (DVC leaves out empty sections)
+        assert flat_numbers(metrics[target]["data"]) == flat_numbers(json.loads((root / target).read_text()))
+        assert "rsum" in metrics[target]["data"]["protocols"]["plain"]
 
-    clone = tmp_path / "clone"
-    run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
-    assert not (clone / "runs").exists()
-    # a clone shares the store by pointing its remote at it (docs/pipeline.md)
-    run(dvc("remote", "modify", "--local", "store", "url", str(root / "dvcstore")), clone, env)
-    run(dvc("pull"), clone, env, timeout=300)
-    assert file_hashes(clone) == file_hashes(root) and len(file_hashes(root)) > 10
+    out = tmp_path / "plots"
+    run(dvc("plots", "show", "-o", str(out)), root, env, timeout=300)
+    html = (out / "index.html").read_text()
+    for recipe in RECIPES:  # each recipe's validation RSUM (stage plot) and the loss chart over recipes
+        assert f"{recipe}/history.csv" in html  # (the HTML escapes some slashes)
+    assert "val_rsum" in html and '"loss"' in html and "epoch" in html
 
-    # DVC restores files in no particular order, so their mtimes say nothing about what is up to date;
-    # `make sync` (dvc checkout + snakemake --touch) fixes that without running anything
-    run(["make", "sync"], clone, env, timeout=300)
-    out = run([str(BIN / "snakemake"), "-n", SUMMARY], clone, env, timeout=300).stdout
-    assert "Nothing to be done" in out, out[-3000:]
-    assert file_hashes(clone) == file_hashes(root)  # touched, not rewritten
-    assert "Data and pipelines are up to date." in run(dvc("status"), clone, env).stdout
+    # params diff: every recipe param of the tracked recipes, with its value in the recipe file
+    params = json.loads(run(dvc("params", "diff", "--all", "--json"), root, env).stdout)
+    recipe = yaml.safe_load((root / VSEPP).read_text())
+    lr = params[VSEPP]["optim.lr"]
+    assert (lr["old"], lr["new"]) == (recipe["optim"]["lr"], recipe["optim"]["lr"])
+    assert "config/recipes/synth/dvse.yaml" in params and "config/rerank/fr.yaml" in params
 
 
-def test_experiment_on_a_recipe_param_is_compared_by_dvc(dvc_repo):
+def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
     root, env = dvc_repo
-    baseline = flat_metrics(json.loads((root / SUMMARY).read_text()))
-    run(dvc("exp", "run", "-S", "config/recipes/synth/vsepp.yaml:optim.lr=0.001"), root, env, timeout=900)
+    before = {f: ((root / f).stat().st_mtime_ns, h) for f, h in file_hashes(root).items()}
     try:
-        # the recipe changed, so Snakemake retrained with it
+        out = run(dvc("exp", "run", "-S", f"{VSEPP}:optim.lr=0.001"), root, env, timeout=900).stdout
+        assert "Running stage 'train@synth-vsepp'" in out, out[-3000:]
+        for other in ("data@synth", "train@synth-dvse", "rerank@synth-dvse_fr"):
+            assert f"Running stage '{other}'" not in out
+        after = {f: ((root / f).stat().st_mtime_ns, h) for f, h in file_hashes(root).items()}
+        retrained = {f for f in before if before[f] != after[f]}
+        # vsepp's run and results were rewritten; nothing of the data, dvse or dvse_fr was touched
+        assert {f"runs/synth/vsepp/{f}" for f in ("best.pt", "config.yaml", "train.json")} <= retrained
+        assert all(f.startswith(("runs/synth/vsepp/", "results/synth/vsepp.json")) for f in retrained), retrained
         assert yaml.safe_load((root / "runs/synth/vsepp/config.yaml").read_text())["optim"]["lr"] == 0.001
-        variant = flat_metrics(json.loads((root / SUMMARY).read_text()))
 
-        # dvc metrics diff (HEAD -> workspace): exactly the changed metrics, with both values
-        diff = json.loads(run(dvc("metrics", "diff", "--json"), root, env).stdout).get(SUMMARY, {})
-        changed = {k for k in baseline if baseline[k] != variant[k]}
-        assert set(diff) == changed
-        for k in changed:
-            assert (diff[k]["old"], diff[k]["new"]) == (baseline[k], variant[k])
+        # params diff HEAD -> workspace: exactly the changed parameter
+        diff = json.loads(run(dvc("params", "diff", "--json"), root, env).stdout)
+        assert list(diff) == [VSEPP] and diff[VSEPP]["optim.lr"]["new"] == 0.001
 
-        # dvc exp show: the experiment with its param and metrics; its MLflow run carries its name
+        # dvc exp show: the experiment with its param and vsepp's metrics; its MLflow run carries its name
         shown = json.loads(run(dvc("exp", "show", "--json"), root, env).stdout)
         (head,) = [r for r in shown if r.get("rev") != "workspace"]
         (exp,) = [rev for e in head["experiments"] for rev in e["revs"]]
-        params = exp["data"]["params"]["config/recipes/synth/vsepp.yaml"]["data"]
-        assert params["optim"]["lr"] == 0.001
-        assert flat_metrics(exp["data"]["metrics"][SUMMARY]["data"]) == variant
+        assert exp["data"]["params"][VSEPP]["data"]["optim"]["lr"] == 0.001
+        assert flat_numbers(exp["data"]["metrics"]["results/synth/vsepp.json"]["data"]) == flat_numbers(
+            json.loads((root / "results/synth/vsepp.json").read_text()))
         import mlflow
 
         client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])
         runs = client.search_runs([client.get_experiment_by_name("xmr/synth").experiment_id],
                                   order_by=["attributes.start_time DESC"])
         assert runs[0].data.tags.get("dvc_exp_name") == exp["name"] and runs[0].data.params["optim.lr"] == "0.001"
-
-        # dvc plots show: the training curves (runs/synth/vsepp/history.csv) rendered to HTML
-        run(dvc("plots", "show", "-o", "plots"), root, env, timeout=300)
-        html = (root / "plots" / "index.html").read_text()
-        assert "val_rsum" in html and "history.csv" in html
     finally:
         # back to the committed state for any later test on this repo
         run(["git", "checkout", "-q", "--", "."], root, env)
-        run(dvc("checkout"), root, env, timeout=300)
+        run(dvc("checkout", "--force"), root, env, timeout=300)
+
+
+def test_push_pull_round_trip_then_sync_leaves_snakemake_nothing_to_do(dvc_repo, tmp_path):
+    root, env = dvc_repo
+    run(dvc("push"), root, env, timeout=300)  # the shipped default remote: dvcstore/ inside the project
+    assert any((root / "dvcstore").rglob("*")), "dvc push wrote nothing to the default remote"
+
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
+    assert not (clone / "runs").exists()
+    # a clone shares the store by pointing its remote at it (docs/pipeline.md, "Remote")
+    run(dvc("remote", "modify", "--local", "store", "url", str(root / "dvcstore")), clone, env)
+    run(dvc("pull"), clone, env, timeout=300)
+    assert file_hashes(clone) == file_hashes(root) and len(file_hashes(root)) > 10
+
+    # DVC restores files in no particular order, so their mtimes say nothing about what is up to date;
+    # `make sync` (dvc checkout + snakemake --touch on the stages' targets) fixes that without running anything
+    run(["make", "sync"], clone, env, timeout=300)
+    out = run([str(BIN / "snakemake"), "-n", *TARGETS], clone, env, timeout=300).stdout
+    assert "Nothing to be done" in out, out[-3000:]
+    assert file_hashes(clone) == file_hashes(root)  # touched, not rewritten
+    assert "Data and pipelines are up to date." in run(dvc("status"), clone, env).stdout

@@ -7,6 +7,7 @@
 #   snakemake -c2 experiments                                  # every experiment of the default dataset
 
 from xmr.experiments import list_experiments, load_experiment, resolve_variant
+from xmr.layout import announce_trainings, planned_runs
 
 
 wildcard_constraints:
@@ -110,10 +111,16 @@ rule evaluate_variant:
         "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output} > {log} 2>&1"
 
 
+def experiment_results(wc):
+    exp = experiment_of(wc)
+    announce_trainings(f"results/{wc.dataset}/exp/{wc.experiment}/table.md", planned_runs(wc.dataset, [], [exp]))
+    return [str(p) for _, _, p in exp.targets(wc.dataset)]
+
+
 rule experiment_table:
     input:
         experiment=experiment_file,
-        results=lambda wc: [str(p) for _, _, p in experiment_of(wc).targets(wc.dataset)],
+        results=experiment_results,
     output:
         md="results/{dataset}/exp/{experiment}/table.md",
         csv="results/{dataset}/exp/{experiment}/table.csv",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from xmr.experiments import load_experiment
 from xmr.report.settings import readme_parts, report_methods, report_settings
+from xmr.layout import announce_trainings, planned_runs
 
 
 def split_features(wc):
@@ -78,6 +79,8 @@ def report_inputs(wc):
     experiment tables, the FR grids; `xmr report` itself also works on whatever subset exists."""
     s = report_settings(wc.dataset)
     recipes = report_recipes(wc)
+    experiments = [load_experiment(e) for e in s["experiments"]]
+    announce_trainings(f"reports/{wc.dataset}/report.html", planned_runs(wc.dataset, recipes, experiments))
     out = [f"results/{wc.dataset}/{r}.json" if rr == "none" else f"results/{wc.dataset}/{r}_{rr}.json"
            for r in recipes for rr in s["rerank"]]
     out += [f"runs/{wc.dataset}/{r}/train.json" for r in recipes]

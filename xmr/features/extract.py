@@ -177,7 +177,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     Resumable: finished batches are kept as shards next to ``out``; rerunning the same command continues.
     ``backbone``: an already built ``build_backbone(backbone_cfg)`` to reuse (benchmarks, notebooks).
     """
-    from tqdm import tqdm
+    from xmr.progress import bar as progress_bar
 
     split.require_images("import its features with `xmr import-features` instead of extracting them")
     if dtype not in ("float32", "float16"):
@@ -214,8 +214,9 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=collate_padded,
                         pin_memory=dev.type == "cuda", persistent_workers=False)
     np_dtype = np.float16 if dtype == "float16" else np.float32
-    bar = tqdm(total=len(ds), initial=len(ds) - len(todo), desc=f"extract {split.name}/{split.split}",
-               unit="img", disable=not progress)
+    # without a bar: a line every 100 batches and the throughput at the end (logs of cluster jobs)
+    bar = progress_bar(total=len(ds), initial=len(ds) - len(todo), desc=f"extract {split.name}/{split.split}",
+                       unit="img", progress=progress, every=100)
     try:
         _run(backbone, loader, starts, writer, dev, np_dtype, given_boxes, padded, bar)
     except XmrError as e:

@@ -26,6 +26,7 @@ from xmr.evaluation import evaluate_sims
 from xmr.inference import _to, build_model, encode_split, load_trained, score_bank, score_split  # noqa: F401
 from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
+from xmr.progress import eta, log_line
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train.checkpoint import load_checkpoint, save_checkpoint
@@ -75,7 +76,8 @@ def config_digest(cfg: dict) -> str:
     import json
 
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
-    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in ("workers", "log_every", "threads")}
+    bookkeeping = ("workers", "log_every", "log_every_steps", "threads")
+    keep["train"] = {k: v for k, v in cfg["train"].items() if k not in bookkeeping}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -264,7 +266,9 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
         else math.ceil(len(dataset) / (bs * ctx.world_size))
     stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
-    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags):
+    # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
+    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags, id_file=out / "mlflow_run_id",
+                     resume=resume):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
             tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
@@ -304,6 +308,12 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 loss_sum += loss.item()
                 nb += 1
                 bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
+                every = tcfg["log_every_steps"]
+                if not progress and ctx.is_main and every and (it + 1) % every == 0:
+                    dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
+                    log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", step=f"{it + 1}/{steps_per_epoch}",
+                             loss=loss_sum / nb, samples_per_s=seen / max(dt, 1e-9),
+                             eta=eta(dt, it + 1, steps_per_epoch))
                 if state["step"] % tcfg["log_every"] == 0:
                     tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
                                         | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
@@ -316,11 +326,12 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                 metrics = validate(model, cfg, val_data, val_feats, device)
                 row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
                                                              for k in ("r1", "r5", "r10")}})
-                tracker.log_metrics(metrics_to_flat(metrics, "val") | {"train/epoch_loss": row["loss"]},
-                                    step=epoch + 1)
-                if progress:
-                    print(f"epoch {epoch + 1}: loss {row['loss']:.4f}  val rsum {metrics['rsum']:.1f}  "
-                          f"({row['samples_per_s']:.0f} samples/s)")
+                tracker.log_metrics(metrics_to_flat(metrics, "val"), step=epoch + 1)
+            if ctx.is_main:  # always (with or without a bar): the line a job log shows per epoch, and in MLflow
+                tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
+                                     "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
+                log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", loss=row["loss"], val_rsum=row.get("val_rsum"),
+                         samples_per_s=row["samples_per_s"], seconds=row["seconds"])
             state["history"].append(row)
             state["epoch"] = epoch
             if ctx.is_main:

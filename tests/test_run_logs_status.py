@@ -1,0 +1,110 @@
+"""Logs without a terminal and MLflow run status that tells the truth (issue 17).
+
+``--no-progress`` removes only the bar: the per-epoch line (loss, validation RSUM, samples/s) and, every
+``train.log_every_steps`` steps, a step line stay in the log. A training killed and resumed is one MLflow run,
+FINISHED, with each epoch's metrics once; a killed one that is started over is marked KILLED.
+"""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, train_cli
+
+from xmr.progress import parse_line
+
+
+def _rows(out):
+    with open(out / "history.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_no_progress_keeps_one_line_per_epoch_and_step_lines(tiny_synth, tmp_path):
+    # 48 training images x 5 captions = 240 pairs, batch 16 -> 15 steps per epoch; a step line every 4 steps
+    # -> steps 4, 8, 12 of each epoch
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_logs", train={"epochs": 2, "batch_size": 16,
+                                                                  "log_every_steps": 4})
+    out = tmp_path / "run"
+    output = train_cli(recipe, out)
+    lines = [ln for ln in output.splitlines() if ln.startswith("epoch ")]
+    epoch_lines = [parse_line(ln) | {"head": ln.split()[1]} for ln in lines if "step=" not in ln]
+    step_lines = [parse_line(ln) | {"head": ln.split()[1]} for ln in lines if "step=" in ln]
+    assert [e["head"] for e in epoch_lines] == ["1/2", "2/2"]
+    history = _rows(out)
+    for line, row in zip(epoch_lines, history):
+        assert abs(float(line["loss"]) - float(row["loss"])) < 1e-4
+        assert abs(float(line["val_rsum"]) - float(row["val_rsum"])) < 0.051
+        assert float(line["samples_per_s"]) > 0
+        assert float(line["seconds"]) >= 0
+    assert [(s["head"], s["step"]) for s in step_lines] == [(e, f"{k}/15") for e in ("1/2", "2/2") for k in (4, 8, 12)]
+    assert all(float(s["samples_per_s"]) > 0 and s["eta"].count(":") == 2 for s in step_lines)
+
+
+def _mlflow_runs(uri, experiment):
+    import mlflow
+
+    client = mlflow.MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([exp.experiment_id])
+
+
+@pytest.fixture
+def tracked(tiny_synth, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_status", train={"epochs": 3, "batch_size": 16},
+                               tracking={"enabled": True, "experiment": "status_test"})
+    return uri, recipe
+
+
+def test_killed_then_resumed_training_is_one_finished_run(tracked, tmp_path):
+    uri, recipe = tracked
+    out = tmp_path / "run"
+    assert train_cli(recipe, out, kill_after_first_epoch=True) == -signal.SIGKILL
+    client, runs = _mlflow_runs(uri, "status_test")
+    assert [r.info.status for r in runs] == ["RUNNING"]  # what a kill leaves behind
+    train_cli(recipe, out)
+    client, runs = _mlflow_runs(uri, "status_test")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert (out / "mlflow_run_id").read_text().strip() == run.info.run_id
+    for metric in ("val/rsum", "train/epoch_loss", "train/samples_per_s"):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, metric)]
+        assert sorted(steps) == [1, 2, 3], metric  # every epoch, each once
+    rsum = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val/rsum")}
+    assert [rsum[e] for e in (1, 2, 3)] == pytest.approx([float(r["val_rsum"]) for r in _rows(out)])
+
+
+def test_killed_training_started_over_is_marked_killed(tracked, tmp_path):
+    uri, recipe = tracked
+    out = tmp_path / "run"
+    assert train_cli(recipe, out, kill_after_first_epoch=True) == -signal.SIGKILL
+    _, runs = _mlflow_runs(uri, "status_test")
+    killed_id = runs[0].info.run_id
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out),
+                           "--no-progress", "--no-resume"], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    _, runs = _mlflow_runs(uri, "status_test")
+    status = {r.info.run_id: r.info.status for r in runs}
+    assert len(status) == 2 and status.pop(killed_id) == "KILLED"
+    assert list(status.values()) == ["FINISHED"]
+
+
+def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):
+    """What extraction logs with --no-progress: a line every `every` batches, the throughput at the end."""
+    from xmr.progress import bar
+
+    log = bar(total=10, initial=2, desc="extract synth/train", unit="img", progress=False, every=2)
+    for _ in range(4):  # 4 batches of 2 images after 2 already done (a resumed extraction)
+        log.update(2)
+    log.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [["extract", "synth/train"]] * 3
+    fields = [parse_line(ln) for ln in lines]
+    assert [f["done"] for f in fields] == ["6/10", "10/10", "10/10"]
+    assert "eta" in fields[0] and "seconds" in fields[2] and float(fields[2]["img_per_s"]) > 0

@@ -1,0 +1,83 @@
+"""Progress for logs without a terminal: what a tqdm bar shows, as plain ``key=value`` lines on stderr.
+
+``--no-progress`` (what the workflow passes) removes only the bar; jobs under Snakemake or SLURM still write one
+line per epoch (trainer), one every N steps on long epochs, and a throughput line when extraction or scoring ends,
+so a 48-hour job's log says what it is doing. docs/tracking.md, "Logs".
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable, Iterator
+
+
+# rates and durations: one decimal; other numbers (losses, metrics): 4 decimals below 100
+ONE_DECIMAL = ("_per_s", "seconds")
+
+
+def fmt(key: str, value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1f}" if key.endswith(ONE_DECIMAL) or abs(value) >= 100 else f"{value:.4f}"
+    return str(value)
+
+
+def log_line(head: str, **fields: Any) -> str:
+    """Print ``head key=value ...`` to stderr (flushed at once: logs are files) and return it."""
+    line = " ".join([head, *(f"{k}={fmt(k, v)}" for k, v in fields.items() if v is not None)])
+    print(line, file=sys.stderr, flush=True)
+    return line
+
+
+def parse_line(line: str) -> dict[str, str]:
+    """The ``key=value`` fields of a line written by :func:`log_line`."""
+    return dict(part.split("=", 1) for part in line.split() if "=" in part)
+
+
+def eta(seconds_done: float, done: int, total: int) -> str:
+    left = max(0.0, seconds_done / max(1, done) * (total - done))
+    h, rest = divmod(int(left), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+class LineLog:
+    """A stand-in for a disabled tqdm bar (``update``/``set_postfix``/``close``, iterable): a line every
+    ``every`` updates (0: none) and a throughput line at ``close``."""
+
+    def __init__(self, iterable: Iterable | None = None, desc: str = "", total: int | None = None,
+                 unit: str = "it", initial: int = 0, every: int = 0) -> None:
+        self.iterable, self.desc, self.total, self.unit, self.every = iterable, desc, total, unit, every
+        self.n, self.start_n, self.t0, self.calls = initial, initial, time.time(), 0
+
+    def __iter__(self) -> Iterator:
+        for item in self.iterable or ():
+            yield item
+            self.update(1)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self.calls += 1
+        if self.every and self.calls % self.every == 0:
+            dt = time.time() - self.t0
+            done = self.n - self.start_n
+            log_line(self.desc, done=f"{self.n}/{self.total or '?'}", **{f"{self.unit}_per_s": done / max(dt, 1e-9)},
+                     eta=eta(dt, done, self.total - self.start_n) if self.total else None)
+
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        dt = time.time() - self.t0
+        done = self.n - self.start_n
+        log_line(self.desc, done=f"{self.n}/{self.total or self.n}", seconds=dt,
+                 **{f"{self.unit}_per_s": done / max(dt, 1e-9)})
+
+
+def bar(iterable: Iterable | None = None, *, desc: str, total: int | None = None, unit: str = "it",
+        progress: bool = True, initial: int = 0, every: int = 0):
+    """A tqdm bar when ``progress``, else a :class:`LineLog` (same calls)."""
+    if progress:
+        from tqdm import tqdm
+
+        return tqdm(iterable, desc=desc, total=total, unit=unit, initial=initial)
+    return LineLog(iterable, desc=desc, total=total, unit=unit, initial=initial, every=every)
