@@ -184,7 +184,7 @@ def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
             pass
 
         @contextlib.contextmanager
-        def run(self, experiment, run_name, run_id=None, tags=None, parent_run_id=None):
+        def run(self, experiment, run_name, run_id=None, tags=None, parent_run_id=None, **kw):
             seen.update(tags or {})
             yield self
 

@@ -118,3 +118,14 @@ def test_too_few_captions_duplicate_ids_and_empty_split(tmp_path):
         load_split(cfg, "dev")
     with pytest.raises(XmrError, match="not found"):
         load_split({**cfg, "annotations": str(tmp_path / "missing.json")}, "test")
+
+
+def test_free_text_is_tokenised_as_the_training_vocabulary_expects():
+    from xmr.data.karpathy import tokenize, tokenize_for
+
+    # a Karpathy vocabulary has no punctuation: the same tokens as tokenize()
+    assert tokenize_for("A dog, on the grass.", {"a", "dog", "on", "the", "grass"}) == \
+        tokenize("A dog, on the grass.") == ["a", "dog", "on", "the", "grass"]
+    # synth's vocabulary holds ',' and the whole word 'shapes:' (its tokens are the caption split at spaces)
+    assert tokenize_for("shapes: a red cross, a Ring", {"shapes:", ",", "a", "red", "cross", "ring"}) == \
+        ["shapes:", "a", "red", "cross", ",", "a", "ring"]

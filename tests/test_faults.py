@@ -329,6 +329,7 @@ def test_checkpoint_cut_in_half_is_one_line(tiny_synth, tmp_path, capsys):
     recipe = tiny_synth.recipe("vsepp", name="vsepp_cut", train={"epochs": 1})
     out = tmp_path / "run"
     train(load_run_config(recipe), out, progress=False)
+    capsys.readouterr()  # the training's own per-epoch log lines
     data = (out / "best.pt").read_bytes()
     (out / "best.pt").write_bytes(data[: len(data) // 2])
     rc = main(["score", "--run", str(out), "--out", str(tmp_path / "S.npy")])

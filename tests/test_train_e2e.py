@@ -217,5 +217,5 @@ def test_workflow_inputs_of_e2e_recipes_are_the_annotations():
     assert recipe_image_inputs("coco", "vse_inf_resnext_bert_e2e", "train", cfg_dir) == ["data/coco/dataset_coco.json"]
     # precomputed recipes keep depending on their feature files
     assert recipe_image_inputs("synth", "vse_inf", "train", cfg_dir) == [
-        "features/synth/efficientnet_lite0/train.h5", "features/synth/efficientnet_lite0/val.h5"]
-    assert recipe_image_inputs("synth", "vse_inf", "score", cfg_dir) == ["features/synth/efficientnet_lite0/test.h5"]
+        "features/synth/efficientnet_lite0_128/train.h5", "features/synth/efficientnet_lite0_128/val.h5"]
+    assert recipe_image_inputs("synth", "vse_inf", "score", cfg_dir) == ["features/synth/efficientnet_lite0_128/test.h5"]

@@ -94,6 +94,11 @@ def benchmark_path(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
     return p if p.suffix in (".yaml", ".yml") else Path(config_dir) / "benchmark" / f"{name_or_path}.yaml"
 
 
+def benchmark_names(config_dir: str | os.PathLike = "config") -> list[str]:
+    """Names of the benchmark files under ``config/benchmark/`` (the workflow's ``{bench}`` wildcard values)."""
+    return sorted(p.stem for p in (Path(config_dir) / "benchmark").glob("*.yaml"))
+
+
 def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLike | None = None) -> Benchmark:
     """Load and validate a benchmark file; its recipes must exist and its claims must name its variants."""
     from xmr.config import load_yaml, validate
@@ -429,5 +434,5 @@ def _csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-__all__ = ["Benchmark", "load_benchmark", "benchmark_path", "gather", "summary_rows", "judge_claims", "compare",
+__all__ = ["Benchmark", "benchmark_names", "load_benchmark", "benchmark_path", "gather", "summary_rows", "judge_claims", "compare",
            "verdict", "mean_std", "write_benchmark", "flat_metrics"]

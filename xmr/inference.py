@@ -174,17 +174,18 @@ class Model:
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
         """Embeddings of free-text captions ((B, D), or (B, K, D) for set-based methods), on the CPU."""
-        from xmr.data.karpathy import tokenize
+        from xmr.data.karpathy import tokenize_for
 
         if isinstance(texts, str):
             texts = [texts]
         if self.cfg["text"]["encoder"] == "precomputed":
             raise XmrError(f"{self.cfg['name']}: text.encoder is 'precomputed' (features computed offline per "
                            f"split), so free text cannot be encoded; use a run with a text encoder")
+        vocab = set(getattr(getattr(self.model.text, "vocab", None), "words", ()))  # tokens as in training
         out = []
         for s in range(0, len(texts), self.batch_size):
             chunk = list(texts[s:s + self.batch_size])
-            batch = self.model.text.collate(chunk, [tokenize(t) for t in chunk], None, None)
+            batch = self.model.text.collate(chunk, [tokenize_for(t, vocab) for t in chunk], None, None)
             out.append(self.model.encode_text(_to(batch, self.device)).float().cpu())
         return torch.cat(out)
 

@@ -5,11 +5,12 @@
 #
 #   snakemake -c2 results/synth/benchmark.md
 
-from xmr.benchmark import load_benchmark
+from xmr.benchmark import benchmark_names, load_benchmark
 
 
 wildcard_constraints:
-    bench="[a-z0-9_]+",
+    # only the names of config/benchmark/*.yaml: results/{dataset}/{bench}.json must not shadow a recipe's results
+    bench="|".join(benchmark_names()) or "(?!)",
     seed="[0-9]+",
 
 

@@ -26,6 +26,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Container
 
 import numpy as np
 
@@ -134,8 +135,24 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
 
 
 _TOKEN = re.compile(r"[a-z0-9]+")
+_TOKEN_OR_MARK = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 
 
-def tokenize(text: str) -> list[str]:
-    """Lower-case word tokens (letters/digits), the normalisation Karpathy's ``tokens`` use."""
-    return _TOKEN.findall(text.lower())
+def tokenize(text: str, keep_marks: Container[str] = ()) -> list[str]:
+    """Lower-case word tokens (letters/digits), the normalisation Karpathy's ``tokens`` use. Punctuation marks in
+    ``keep_marks`` stay as tokens (a model whose training tokens had them, e.g. synth's commas, must see them in
+    free-text queries too; COCO's tokens have none)."""
+    if not keep_marks:
+        return _TOKEN.findall(text.lower())
+    return [t for t in _TOKEN_OR_MARK.findall(text.lower()) if t[0].isalnum() or t in keep_marks]
+
+
+def tokenize_for(text: str, vocab: Container[str]) -> list[str]:
+    """Tokens of free text as a trained model's vocabulary expects them: a whitespace-separated word the vocabulary
+    holds as it is stays whole (synth's ``shapes:``), any other is split by :func:`tokenize`, keeping the marks the
+    vocabulary has (synth's ``,``). For a Karpathy vocabulary (COCO, Flickr30K) this equals :func:`tokenize`."""
+    marks = {w for w in vocab if len(w) == 1 and not w.isalnum()} if hasattr(vocab, "__iter__") else set()
+    out: list[str] = []
+    for word in text.lower().split():
+        out.extend([word] if word in vocab else tokenize(word, marks))
+    return out

@@ -41,6 +41,13 @@ from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 BEST_KEYS = ("model", "vocab_words", "image_dim", "epoch", "best_rsum")
 
 
+def _cpu_copy(state: dict) -> dict:
+    """A CPU copy of a state dict; non-tensor entries (a module's extra state, e.g. CODER's) are copied as they are."""
+    import copy
+
+    return {k: v.detach().to("cpu", copy=True) if torch.is_tensor(v) else copy.deepcopy(v) for k, v in state.items()}
+
+
 def _resume_checkpoint(last: Path, device) -> dict:
     """last.pt for resuming; an unreadable one (cut short by a kill or a full disk) is a one-line error."""
     try:
@@ -222,7 +229,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         ck = _resume_checkpoint(last, device)
         model.load_state_dict(ck["model"])
         if ck.get("best_model") is not None:  # kept on the CPU, as while training
-            best_model = {k: v.cpu() for k, v in ck["best_model"].items()}
+            best_model = _cpu_copy(ck["best_model"])
         optimizer.load_state_dict(ck["optimizer"])
         state.update({k: ck[k] for k in state})
         written_by = ck.get("world_size", ctx.world_size)
@@ -340,8 +347,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
                     best_model = None  # the current weights are the best: last.pt's "model"
                 elif best_model is None and state["best_epoch"] > 0:
-                    best_model = {k: v.detach().to("cpu", copy=True) for k, v in
-                                  load_checkpoint(out / "best.pt", "cpu")["model"].items()}
+                    best_model = _cpu_copy(load_checkpoint(out / "best.pt", "cpu")["model"])
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                       "vocab_words": vocab_words, "image_dim": image_dim,
                       "config_sha256": digest, "world_size": ctx.world_size, **state}
