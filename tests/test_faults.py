@@ -440,3 +440,19 @@ def test_cluster_submission_with_sqlite_tracking_warns():
     assert msg and "mlflow.db" in msg and "xmr mlflow-server" in msg and "MLFLOW_TRACKING_URI" in msg
     assert cluster_sqlite_warning(True, "http://127.0.0.1:5000") is None  # a server: fine
     assert cluster_sqlite_warning(False, "sqlite:///mlflow.db") is None   # local jobs: one process at a time
+
+
+def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp_path, monkeypatch):
+    # MLflow's set_experiment, on losing the creation race to another process, returns the experiment without
+    # making it active; a run started then went to Default (8 concurrent trainings on a server lost 3 runs)
+    import mlflow
+
+    from xmr.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker(True)
+    exp_id = mlflow.MlflowClient().create_experiment("xmr/race")
+    monkeypatch.setattr(mlflow, "set_experiment", lambda name: mlflow.MlflowClient().get_experiment_by_name(name))
+    with tracker.run("xmr/race", "r0"):
+        run_id = tracker.run_id
+    assert mlflow.MlflowClient().get_run(run_id).info.experiment_id == exp_id

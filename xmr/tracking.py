@@ -220,11 +220,15 @@ class Tracker:
             return
         mlflow = self.mlflow
         with store_lock(self.uri):
-            mlflow.set_experiment(experiment)
+            exp = mlflow.set_experiment(experiment)
+        # MLflow's set_experiment returns without activating the experiment when another process created it at
+        # the same moment (its RESOURCE_ALREADY_EXISTS branch): a run started then lands in Default. Name it.
+        exp = exp or mlflow.get_experiment_by_name(experiment)
         if id_file is not None:
             id_file = Path(id_file)
             run_id = self.settle(id_file, run_id, resume)
-        kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name}
+        kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name,
+                                                                     "experiment_id": exp.experiment_id}
         parent_run_id = parent_run_id or os.environ.get(PARENT_ENV) or None
         if parent_run_id and not run_id:
             kwargs.update(nested=True, parent_run_id=parent_run_id)
