@@ -81,19 +81,22 @@ def _relation(a: SynthObject, b: SynthObject) -> str:
     return "above" if dy > 0 else "below"
 
 
-def _place(rng: random.Random, w: int, n: int) -> list[SynthObject]:
+def _place(rng: random.Random, w: int, n: int, sizes: dict = SIZES, scale: float = 1.0, margin: float = 4,
+           gap: float = 6, tries: int = 500, shapes: list[str] = SHAPES, colours: dict = COLOURS) -> list[SynthObject]:
+    """Up to ``n`` non-overlapping objects (fewer when ``tries`` run out). Diameters are drawn from ``sizes`` times
+    ``scale`` (v1: pixels, scale 1; v2: fractions of the image side, scale ``w``)."""
     objs: list[SynthObject] = []
-    tries = 0
-    while len(objs) < n and tries < 500:
-        tries += 1
-        size = rng.choice(list(SIZES))
-        r = rng.uniform(*SIZES[size]) / 2
-        cx, cy = rng.uniform(r + 4, w - r - 4), rng.uniform(r + 4, w - r - 4)
-        if any(math.hypot(cx - o.cx, cy - o.cy) < r + o.r + 6 for o in objs):
+    tried = 0
+    while len(objs) < n and tried < tries:
+        tried += 1
+        size = rng.choice(list(sizes))
+        r = rng.uniform(*sizes[size]) * scale / 2
+        cx, cy = rng.uniform(r + margin, w - r - margin), rng.uniform(r + margin, w - r - margin)
+        if any(math.hypot(cx - o.cx, cy - o.cy) < r + o.r + gap for o in objs):
             continue
         # distinct (shape, colour) pairs keep captions unambiguous about which object they mean
         while True:
-            shape, colour = rng.choice(SHAPES), rng.choice(list(COLOURS))
+            shape, colour = rng.choice(shapes), rng.choice(list(colours))
             if all((o.shape, o.colour) != (shape, colour) for o in objs):
                 break
         objs.append(SynthObject(shape, colour, size, cx, cy, r))
@@ -213,24 +216,6 @@ def relation_of(a: tuple[float, float], b: tuple[float, float]) -> str:
     if abs(dx) >= abs(dy):
         return "to the left of" if dx > 0 else "to the right of"
     return "above" if dy > 0 else "below"
-
-
-def _place_v2(rng: random.Random, w: int, n: int) -> list[SynthObject]:
-    objs: list[SynthObject] = []
-    tries = 0
-    while len(objs) < n and tries < 2000:
-        tries += 1
-        size = rng.choice(list(SIZES_V2))
-        r = rng.uniform(*SIZES_V2[size]) * w / 2
-        cx, cy = rng.uniform(r + 2, w - r - 2), rng.uniform(r + 2, w - r - 2)
-        if any(math.hypot(cx - o.cx, cy - o.cy) < r + o.r + 0.03 * w for o in objs):
-            continue
-        while True:  # distinct (shape, colour) pairs: a caption's object is one object of its image
-            shape, colour = rng.choice(SHAPES_V2), rng.choice(list(COLOURS_V2))
-            if all((o.shape, o.colour) != (shape, colour) for o in objs):
-                break
-        objs.append(SynthObject(shape, colour, size, cx, cy, r))
-    return objs
 
 
 def _phrase_v2(o: SynthObject) -> str:
@@ -450,7 +435,8 @@ def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: i
         if style == "v1":
             objs = _place(rng, image_size, rng.randint(2, 4))
         else:
-            objs = _place_v2(rng, image_size, rng.randint(min_objects, max_objects))
+            objs = _place(rng, image_size, rng.randint(min_objects, max_objects), SIZES_V2, image_size, 2,
+                          0.03 * image_size, 2000, SHAPES_V2, COLOURS_V2)
         fname = f"synth_{imgid:06d}.png"
         _draw(objs, image_size, rng).save(tmp / "images" / fname)
         if style == "v1":
