@@ -45,9 +45,14 @@ def update_section(readme: str | os.PathLike, name: str, parts: list[str | os.Pa
             raise XmrError(f"{p}: not found; build it first (e.g. snakemake -c2 {p})")
         texts.append(p.read_text().strip())
     body = "\n\n".join(texts)
-    new = replace_section(readme.read_text(), name, body)
-    with atomic_path(readme, ".md") as tmp:
-        tmp.write_text(new)
+    import fcntl
+
+    # two sections written by parallel jobs (snakemake -c2): read-modify-write one at a time
+    with open(readme.with_name(f".{readme.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        new = replace_section(readme.read_text(), name, body)
+        with atomic_path(readme, ".md") as tmp:
+            tmp.write_text(new)
     if out is not None:
         with atomic_path(out, ".md") as tmp:
             tmp.write_text(body + "\n")
