@@ -76,6 +76,23 @@ def tiny_synth(tmp_path_factory) -> TinySynth:
     return TinySynth(root)
 
 
+def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size: int) -> Path:
+    """A small synth set under ``root/synth`` and a config dir (dataset ``synth``, backbone ``eff``) for extraction
+    tests; returns the config dir."""
+    from xmr.data.synth import generate_synth
+
+    data = root / "synth"
+    generate_synth(data, n_train=n_train, n_val=1, n_test=1, image_size=64, progress=False)
+    cfg_dir = root / "config"
+    (cfg_dir / "datasets").mkdir(parents=True)
+    (cfg_dir / "datasets" / "synth.yaml").write_text(yaml.safe_dump({
+        "name": "synth", "format": "karpathy", "annotations": str(data / "dataset_synth.json"),
+        "images": str(data / "images"), "captions_per_image": 5}))
+    (cfg_dir / "backbones.yaml").write_text(yaml.safe_dump(
+        {"eff": {"name": "efficientnet_lite0", "input_size": input_size, "batch_size": batch_size}}))
+    return cfg_dir
+
+
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
     """``xmr train`` in a subprocess; with ``kill_after_first_epoch`` it is SIGKILLed as soon as last.pt exists
     (returns the exit code), else it must finish (returns what it printed)."""

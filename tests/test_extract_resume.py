@@ -8,11 +8,10 @@ import time
 
 import numpy as np
 import torch
-import yaml
 
+from conftest import tiny_extraction_config
 from xmr.config import load_backbone_config, load_dataset_config
 from xmr.data import load_split
-from xmr.data.synth import generate_synth
 from xmr.features.extract import extract_features
 from xmr.features.store import FeatureFile
 
@@ -20,17 +19,8 @@ N_IMAGES, BATCH = 16, 2
 
 
 def _setup(tmp_path):
-    data = tmp_path / "synth"
-    generate_synth(data, n_train=N_IMAGES, n_val=1, n_test=1, image_size=64, progress=False)
-    cfg_dir = tmp_path / "config"
-    (cfg_dir / "datasets").mkdir(parents=True)
-    (cfg_dir / "datasets" / "synth.yaml").write_text(yaml.safe_dump({
-        "name": "synth", "format": "karpathy", "annotations": str(data / "dataset_synth.json"),
-        "images": str(data / "images"), "captions_per_image": 5}))
     # upscaled input so that one batch takes long enough (~0.1 s) to stop the process between shards
-    (cfg_dir / "backbones.yaml").write_text(yaml.safe_dump(
-        {"eff": {"name": "efficientnet_lite0", "input_size": 160, "batch_size": BATCH}}))
-    return cfg_dir
+    return tiny_extraction_config(tmp_path, N_IMAGES, input_size=160, batch_size=BATCH)
 
 
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):

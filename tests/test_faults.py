@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from xmr.cli import main
 from xmr.config import load_run_config
@@ -264,17 +263,10 @@ def test_similarity_bad_embeddings_file(tmp_path, capsys, case):
 def _tiny_split(tmp_path, n=4):
     from xmr.config import load_backbone_config, load_dataset_config
     from xmr.data import load_split
-    from xmr.data.synth import generate_synth
 
-    data = tmp_path / "synth"
-    generate_synth(data, n_train=n, n_val=1, n_test=1, image_size=64, progress=False)
-    cfg_dir = tmp_path / "config"
-    (cfg_dir / "datasets").mkdir(parents=True)
-    (cfg_dir / "datasets" / "synth.yaml").write_text(yaml.safe_dump({
-        "name": "synth", "format": "karpathy", "annotations": str(data / "dataset_synth.json"),
-        "images": str(data / "images"), "captions_per_image": 5}))
-    (cfg_dir / "backbones.yaml").write_text(yaml.safe_dump(
-        {"eff": {"name": "efficientnet_lite0", "input_size": 32, "batch_size": n}}))
+    from conftest import tiny_extraction_config
+
+    cfg_dir = tiny_extraction_config(tmp_path, n, input_size=32, batch_size=n)
     return load_split(load_dataset_config("synth", cfg_dir), "train"), load_backbone_config("eff", cfg_dir)
 
 

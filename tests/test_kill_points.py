@@ -20,7 +20,6 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from xmr.train.checkpoint import load_checkpoint
 
@@ -119,18 +118,10 @@ EXTRACT_POINTS = {
 
 @pytest.fixture(scope="module")
 def extract_reference(tmp_path_factory):
-    from xmr.data.synth import generate_synth
+    from conftest import tiny_extraction_config
 
     root = tmp_path_factory.mktemp("kill_extract")
-    data = root / "synth"
-    generate_synth(data, n_train=N_IMAGES, n_val=1, n_test=1, image_size=64, progress=False)
-    cfg_dir = root / "config"
-    (cfg_dir / "datasets").mkdir(parents=True)
-    (cfg_dir / "datasets" / "synth.yaml").write_text(yaml.safe_dump({
-        "name": "synth", "format": "karpathy", "annotations": str(data / "dataset_synth.json"),
-        "images": str(data / "images"), "captions_per_image": 5}))
-    (cfg_dir / "backbones.yaml").write_text(yaml.safe_dump(
-        {"eff": {"name": "efficientnet_lite0", "input_size": 64, "batch_size": BATCH}}))
+    cfg_dir = tiny_extraction_config(root, N_IMAGES, input_size=64, batch_size=BATCH)
     ref = root / "ref" / "train.h5"
     r = _xmr(_extract_args(cfg_dir, ref))
     assert r.returncode == 0, r.stderr

@@ -346,8 +346,8 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
 
 def claims_markdown(claims: list[dict], n_seeds: int) -> str:
     out = io.StringIO()
-    out.write(f"| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | verdict |\n"
-              f"|---|---|---|---|---|---|---|---|\n")
+    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | verdict |\n"
+              "|---|---|---|---|---|---|---|---|\n")
     for c in claims:
         metric = "" if c["metric"] == "rsum" else f" ({c['metric']})"
         diff = "–" if not math.isfinite(c["diff"]) else \
