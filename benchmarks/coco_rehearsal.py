@@ -25,10 +25,13 @@ from xmr.features.store import ShardWriter  # noqa: E402
 
 COCO_SPLITS = {"train": 82_783, "restval": 30_504, "val": 5_000, "test": 5_000}
 REGIONS, DIM, CAPTIONS = 36, 2048, 5
+VOCAB = [f"w{i}" for i in range(2000)]
 
 
-def split_sizes(scale: float) -> dict[str, int]:
-    return {k: max(1, round(n * scale)) for k, n in COCO_SPLITS.items()}
+def split_sizes(scale: float, full_eval: bool = False) -> dict[str, int]:
+    """Images per Karpathy split at ``scale``; ``full_eval``: val and test at COCO's 5,000 whatever the scale."""
+    return {k: COCO_SPLITS[k] if full_eval and k in ("val", "test") else max(1, round(n * scale))
+            for k, n in COCO_SPLITS.items()}
 
 
 def dataset_config(out: Path) -> dict:
@@ -38,11 +41,12 @@ def dataset_config(out: Path) -> dict:
             "splits": {"train": ["train", "restval"], "val": ["val"], "test": ["test"]}}
 
 
-def write_rehearsal(out: Path, scale: float, dtype: str = "float16", seed: int = 0, block: int = 512) -> dict:
+def write_rehearsal(out: Path, scale: float, dtype: str = "float16", seed: int = 0, block: int = 512,
+                    full_eval: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    vocab = [f"w{i}" for i in range(2000)]
-    sizes = split_sizes(scale)
+    vocab = VOCAB
+    sizes = split_sizes(scale, full_eval)
     images, ids_by_split = [], {"train": [], "val": [], "test": []}
     imgid = 0
     for ksplit, n in sizes.items():
@@ -81,8 +85,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.25, help="fraction of COCO's size (1 = full)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--dtype", default="float16", choices=["float16", "float32"])
+    ap.add_argument("--full-eval", action="store_true", help="val and test at COCO's 5,000 images whatever --scale")
     args = ap.parse_args()
-    print(json.dumps(write_rehearsal(args.out, args.scale, args.dtype), indent=1))
+    print(json.dumps(write_rehearsal(args.out, args.scale, args.dtype, full_eval=args.full_eval), indent=1))
 
 
 if __name__ == "__main__":

@@ -83,11 +83,8 @@ def test_shuffled_pairing_is_detected(small_synth, working, monkeypatch):
     class Shuffled(trainer.PairDataset):
         """Captions paired with a random other image (a fixed permutation of the training images)."""
 
-        def __getitem__(self, j):
-            perm = np.random.default_rng(123).permutation(self.data.num_images)
-            x, n, cap, tok, i, jj = super().__getitem__(j)
-            x2, n2, *_ = super().__getitem__(int(np.nonzero(self.data.caption_image == perm[i])[0][0]))
-            return x2, n2, cap, tok, i, jj
+        def feature_row(self, i):
+            return int(np.random.default_rng(123).permutation(self.data.num_images)[i])
 
     monkeypatch.setattr(trainer, "PairDataset", Shuffled)
     broken = {s: train_and_test(small_synth, s) for s in SEEDS}
@@ -106,8 +103,8 @@ def test_sign_flip_in_the_ranking_loss_is_detected(small_synth, working, monkeyp
 def test_a_feature_store_of_zeros_is_detected(small_synth, working, monkeypatch):
     import xmr.train.data as data
 
-    real = data._image_item
-    monkeypatch.setattr(data, "_image_item", lambda feats, i, m: (torch.zeros_like(real(feats, i, m)[0]),
-                                                                  real(feats, i, m)[1]))
+    real = data.read_regions
+    monkeypatch.setattr(data, "read_regions", lambda feats, idx, m: (torch.zeros_like(real(feats, idx, m)[0]),
+                                                                     real(feats, idx, m)[1]))
     broken = {s: train_and_test(small_synth, s) for s in SEEDS}
     assert_detected(working, broken)

@@ -93,3 +93,12 @@ def test_missing_dataset_file_names_path_and_remedy(tmp_path):
         load_split(ds, "train")
     assert str(tmp_path / "nowhere" / "dataset_synth.json") in str(e.value)
     assert "xmr synth" in str(e.value)
+
+
+def test_repeated_set_flags_accumulate():
+    # `--set a=1 --set b=2` must keep both overrides (argparse's default for nargs="*" keeps only the last)
+    from xmr.cli import build_parser
+
+    for cmd in (["train", "--config", "c.yaml", "--out-dir", "o"], ["synth", "--out", "d"]):
+        args = build_parser().parse_args([*cmd, "--set", "train.epochs=1", "--set", "train.threads=1", "x=2"])
+        assert args.set == ["train.epochs=1", "train.threads=1", "x=2"], cmd

@@ -47,3 +47,31 @@ def test_resume_with_another_process_count_says_the_global_batch_changed(tiny_sy
     printed = capsys.readouterr().out
     assert f"resuming {out} after epoch 1" in printed
     assert "was written by 4, so the global batch changes from 64 to 16" in printed
+
+
+def test_changed_training_features_start_the_run_over(tiny_synth, tmp_path, capsys):
+    """Snakemake reruns a training when its features change, but last.pt is not an output it deletes: the run must
+    not resume onto the new features (it did, and kept the model trained on the old ones)."""
+    import shutil
+
+    import h5py
+
+    from xmr.config import load_run_config
+    from xmr.train.trainer import train
+
+    feats = tmp_path / "features"
+    shutil.copytree(tiny_synth.features_dir, feats)
+    cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_inputs", train={"epochs": 2},
+                                            features={"dir": str(feats)}))
+    out = tmp_path / "run"
+    train(cfg, out, progress=False)
+    capsys.readouterr()
+    train(cfg, out, progress=False)  # same inputs: the finished run is resumed, not retrained
+    assert f"resuming {out} after epoch 2" in capsys.readouterr().out
+    with h5py.File(feats / "synth" / "efficientnet_lite0" / "train.h5", "r+") as f:
+        f["features"][0] = f["features"][0] * 2  # one image's features change
+    train(cfg, out, progress=False)
+    printed = capsys.readouterr().out
+    assert f"{out / 'last.pt'} was trained with other input files (training features or annotations): starting over" \
+        in printed
+    assert "resuming" not in printed

@@ -1,9 +1,11 @@
-"""Batch composition (xmr/train/samplers.py) and DDP's gathered loss (xmr/train/distributed.gather_batch)."""
+"""Batch composition (xmr/train/samplers.py) and DDP's gathered loss (xmr/train/distributed.gather_batch); two CPU
+processes (gloo) against one on the same global batch."""
 
 from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,7 +202,114 @@ def test_gather_negatives_is_refused_for_methods_with_per_batch_state(tiny_synth
     from xmr.config import load_run_config
     from xmr.train.trainer import train
 
-    recipe = tiny_synth.recipe("dvse", name="dvse_gather", train={"gather_negatives": True})
-    with pytest.raises(XmrError, match="train.gather_negatives: method dvse keeps per-batch state"):
+    recipe = tiny_synth.recipe("coder", name="coder_gather", train={"gather_negatives": True})
+    with pytest.raises(XmrError, match="train.gather_negatives: method coder keeps per-batch state"):
         train(load_run_config(recipe), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+STEP_ROOT = Path(__file__).resolve().parents[1]
+SHRINK = ["train.gather_negatives=true", "optim.grad_clip=null", "model.embed_dim=16", "text.word_vectors=null",
+          "text.word_dim=8", "text.hidden_dim=16"]
+# each method's synth recipe, shrunk; random augmentations and dropout off (their draws differ between 1 and 2
+# processes); DVSE with the dynamic mask's centring on, whose running mean is all-reduced across processes.
+STEP_METHODS = {
+    "vsepp": SHRINK,
+    "dvse": SHRINK + ["model.attention_hidden=8", "model.num_embeds=3", "model.dynamic_mask.center=true"],
+    "pvse": SHRINK + ["model.attention_hidden=8"],
+    # DivE without its residual MLP: BatchNorm's batch statistics stay per process under DDP (docs/pipeline.md)
+    "dive": SHRINK + ["model.dim_head=4", "model.heads=2", "model.dropout=0", "model.text_augment=0",
+                      "model.image_residual_mlp=false"],
+}
+
+
+def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
+    """The trainer's own step (TrainStep; DDP-wrapped when ``ctx`` is enabled) of a method's synth recipe, shrunk,
+    on pairs ``rows`` of ``inputs``: the loss terms, each parameter's gradient and value after the optimizer step,
+    and the buffers."""
+    from xmr.config import load_run_config
+    from xmr.text.vocab import SPECIALS
+    from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer
+    from xmr.utils import seed_everything
+
+    method = inputs["method"]
+    cfg = load_run_config(str(STEP_ROOT / f"config/recipes/synth/{method}.yaml"), STEP_METHODS[method])
+    seed_everything(0)  # the same initial weights in every process
+    model = build_model(cfg, 8, SPECIALS + inputs["words"])
+    step = TrainStep(model, ctx.wrap(TrainForward(model)), build_optimizer(model, cfg["optim"]),
+                     torch.amp.GradScaler("cuda", enabled=False), cfg, torch.device("cpu"))
+    tokens = inputs["tokens"][rows]
+    idx = torch.arange(len(inputs["tokens"]))[rows]
+    batch = {"feats": inputs["feats"][rows], "num_regions": inputs["num_regions"][rows],
+             "text": model.text.collate([" ".join(t) for t in tokens], tokens, idx.tolist(), "train"),
+             "image_index": idx, "caption_index": idx}
+    terms = step(batch, 0, 0, 1)
+    return {"terms": {k: v.detach() for k, v in terms.items()},
+            "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+            "buffers": {n: b.clone() for n, b in model.named_buffers()}}
+
+
+def _train_step_worker(rank: int, world: int, port: int, out: str) -> None:
+    from xmr.train import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    ctx = distributed.setup()  # the trainer's own set-up: gloo on CPU
+    inputs = torch.load(out + ".inputs.pt", weights_only=False)
+    half = len(inputs["tokens"]) // world
+    res = _one_train_step(ctx, slice(rank * half, (rank + 1) * half), inputs)
+    torch.save(res, f"{out}.rank{rank}.pt")
+    distributed.cleanup(ctx)
+
+
+@pytest.mark.parametrize("method", list(STEP_METHODS))
+def test_two_processes_train_step_equals_one_process_on_the_global_batch(method, tmp_path):
+    """#16: two gloo processes, each with half of an 8-pair batch, run the trainer's step (DDP wrapper, gradient
+    all-reduce, gather_negatives: hardest negatives and the set regularisers over all 8 pairs): every loss term,
+    the averaged gradients and the buffers (DVSE's running mean) equal one process's step on all 8 pairs, on both
+    ranks, and both ranks hold the same weights after the optimizer step."""
+    import torch.multiprocessing as mp
+
+    from xmr.train.distributed import DistContext
+
+    g = torch.Generator().manual_seed(3)
+    words = [f"w{i}" for i in range(12)]
+    tokens = [[words[int(k)] for k in torch.randint(0, 12, (4,), generator=g)] for _ in range(8)]
+    inputs = {"feats": torch.randn(8, 4, 8, generator=g), "num_regions": torch.full((8,), 4), "tokens": tokens,
+              "words": words, "method": method}
+    out = str(tmp_path / "step")
+    torch.save(inputs, out + ".inputs.pt")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_train_step_worker, args=(2, port, out), nprocs=2, join=True)
+    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    one = _one_train_step(DistContext(), slice(0, 8), inputs)
+    assert one["grads"].keys() == ranks[0]["grads"].keys() and len(one["grads"]) > 3
+    for got in ranks:
+        assert got["terms"].keys() == one["terms"].keys()
+        for name, value in one["terms"].items():
+            assert torch.allclose(got["terms"][name], value, atol=1e-5), name
+        for name, grad in one["grads"].items():
+            assert torch.allclose(got["grads"][name], grad, atol=1e-5), name
+        for name, buf in one["buffers"].items():
+            assert torch.allclose(got["buffers"][name].float(), buf.float(), atol=1e-6), name
+    # the replicas stay identical after the optimizer step (against one process, Adam's first step g / |g| turns
+    # float noise in near-zero gradients into whole steps, so the weights are compared between the ranks)
+    for name, value in ranks[0]["params"].items():
+        assert torch.equal(ranks[1]["params"][name], value), name
+    assert sum(float(g.abs().sum()) for g in one["grads"].values()) > 0
+
+
+def test_distributed_sampler_splits_an_epoch_between_processes():
+    # each process gets a disjoint half of the shuffled pairs; together they are the epoch, every pair once
+    from xmr.train.distributed import DistContext
+
+    data = list(range(10))
+    parts = [list(DistContext(True, rank, 2).sampler(data, seed=7)) for rank in range(2)]
+    assert len(parts[0]) == len(parts[1]) == 5
+    assert sorted(parts[0] + parts[1]) == data
+    assert parts != [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]  # shuffled, not strided over the unshuffled order
+    assert parts == [list(DistContext(True, rank, 2).sampler(data, seed=7)) for rank in range(2)]  # seeded

@@ -68,8 +68,7 @@ def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.de
     cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
     imgs, caps = [], []
     for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
-        x, nr = image_input(b)
-        imgs.append(model.embed_images(x.to(device), None if nr is None else nr.to(device)).float().cpu())
+        imgs.append(model.embed_images(*image_input(b, device)).float().cpu())
     for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
         caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
     return torch.cat(imgs), torch.cat(caps)
@@ -229,8 +228,7 @@ class Model:
         dataset, collate = image_loader_parts(ff, idx, self.cfg["features"]["max_regions"])
         out = []
         for b in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate):
-            x, nr = image_input(b)
-            out.append(self.model.embed_images(x.to(self.device), nr.to(self.device)).float().cpu())
+            out.append(self.model.embed_images(*image_input(b, self.device)).float().cpu())
         return torch.cat(out)
 
     def _encode_files(self, paths: list[Path]) -> torch.Tensor:

@@ -24,3 +24,18 @@ def portable_cpu_numerics(environ: dict | None = None) -> dict[str, str]:
             env[k] = v
             done[k] = v
     return done
+
+
+def use_deterministic_algorithms(warn_only: bool = True) -> None:
+    """``torch.use_deterministic_algorithms(True)`` without the 1-2 s per process of the ``torch._inductor``
+    (and sympy) import that the public call makes only to set inductor's flag: xmr never compiles, so that flag
+    is moot. When inductor is already loaded (a user's ``torch.compile``), the public call sets both."""
+    import sys
+
+    import torch
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if "torch._inductor.config" in sys.modules or setter is None:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    else:
+        setter(True, warn_only=warn_only)

@@ -7,7 +7,7 @@ def add_arguments(p):
     p.add_argument("--dataset", default="synth", help="dataset name or config path (default: synth)")
     p.add_argument("--config-dir", default="config")
     p.add_argument("--out", help="output folder (default: the config's root)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                    help="override generator arguments, e.g. n_train=500 seed=1 style=v1")
     p.add_argument("--stats", metavar="DATASET_JSON",
                    help="print statistics of a generated file as JSON (false_negative_rate_b128, caption length, "

@@ -9,7 +9,7 @@ def add_arguments(p):
     p.add_argument("--fit-split", help="fit the model on this split (reused if OUT_DIR/model.npz matches)")
     p.add_argument("--splits", nargs="*", default=[], help="splits to encode into OUT_DIR/SPLIT.h5")
     p.add_argument("--out-dir", required=True, help="e.g. features/DATASET/hglmm")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                    help="override settings, e.g. components=16 pca_dim=256")
     p.add_argument("--refit", action="store_true", help="fit again even if OUT_DIR/model.npz exists")
     p.add_argument("--config-dir", default="config")

@@ -9,7 +9,7 @@ def add_arguments(p):
     p.add_argument("--variant", help="with --experiment: the variant to train")
     p.add_argument("--dataset", help="with --experiment: dataset (default: the experiment's first)")
     p.add_argument("--out-dir", required=True, help="run directory (checkpoints, history, config)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
+    p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
     p.add_argument("--no-resume", action="store_true", help="start over even if OUT_DIR/last.pt exists")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",

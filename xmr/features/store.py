@@ -250,6 +250,25 @@ class FeatureFile:
             self._h5 = h5py.File(self.path, "r")
         return self._h5["features"][i]
 
+    def rows(self, indices: np.ndarray, regions: int | None = None) -> np.ndarray:
+        """Rows ``indices`` (any order, repeats allowed), first ``regions`` regions, in the stored dtype, as one
+        array. In RAM: one fancy index. HDF5: one read per distinct row, in file order, into one buffer (an h5py
+        point selection of the whole batch was 70x slower than these per-row reads of one-image chunks)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        cut = slice(None) if regions is None else slice(0, regions)
+        if self._mem is not None:
+            return self._mem[idx, cut]
+        if self._h5 is None:
+            import h5py
+
+            self._h5 = h5py.File(self.path, "r")
+        ds = self._h5["features"]
+        uniq, inverse = np.unique(idx, return_inverse=True)
+        out = np.empty((len(uniq), *ds[0:1, cut].shape[1:]), dtype=ds.dtype)
+        for k, i in enumerate(uniq.tolist()):
+            out[k] = ds[i, cut]
+        return out[inverse]
+
     def boxes(self) -> np.ndarray | None:
         """(N, R, 4) boxes in original-image pixels, or None for grid features."""
         import h5py

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
@@ -29,8 +29,8 @@ class RetrievalModel(nn.Module):
     """
 
     schema: ClassVar[dict] = {}
-    # True when compute_loss is a function of (img, txt, pos_mask) and parameters only, so that DDP can gather
-    # every process's embeddings into one global batch (train.gather_negatives)
+    # True when compute_loss is a function of (img, txt, pos_mask), the per-pair tensors gather_aux gathers and
+    # parameters only, so that DDP can gather every process's pairs into one global batch (train.gather_negatives)
     gathered_loss: ClassVar[bool] = False
 
     def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
@@ -79,6 +79,15 @@ class RetrievalModel(nn.Module):
 
     def on_train_step_end(self) -> None:
         """Hook for momentum encoders, queues, ... (called after each optimizer step)."""
+
+    def gather_aux(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """With ``train.gather_negatives``, after the embeddings are gathered: the per-pair tensors the forward
+        kept for the loss (``self._aux``: residuals, slots, masks; rows = the local batch) gathered the same way,
+        so that regularisers over them see the global batch too (DVSE, PVSE, DivE). Default: any tensor in
+        ``_aux``."""
+        aux = getattr(self, "_aux", None)
+        if aux:
+            self._aux = {k: gather(v) if torch.is_tensor(v) else v for k, v in aux.items()}
 
     # -- evaluation -------------------------------------------------------------------------------
     @property

@@ -38,6 +38,7 @@ SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
 
 @METHODS.register("dive")
 class DivE(RetrievalModel):
+    gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
     schema = {
         "type": "object",
         "properties": {

@@ -60,8 +60,22 @@ def _mean_abs_offdiag_cos(x: torch.Tensor) -> torch.Tensor:
     return ((x @ x.transpose(1, 2)).abs().sum((1, 2)) - k).mean() / (k * (k - 1))
 
 
+def _mean_over_processes(x: torch.Tensor) -> torch.Tensor:
+    """Under DDP, the mean of ``x`` over the processes (equal batches: the global batch's mean, like SyncBN), so
+    every process centres the dynamic mask with the same running mean that one process on the global batch would
+    have; ``x`` itself otherwise."""
+    import torch.distributed as td
+
+    if td.is_available() and td.is_initialized() and td.get_world_size() > 1:
+        x = x.clone()
+        td.all_reduce(x)
+        x /= td.get_world_size()
+    return x
+
+
 @METHODS.register("dvse")
 class DVSE(RetrievalModel):
+    gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
     schema = {
         "type": "object",
         "properties": {
@@ -153,7 +167,7 @@ class DVSE(RetrievalModel):
         if mcfg["center"]:
             if self.training:
                 with torch.no_grad():
-                    batch_mean = pooled.detach().mean(0)
+                    batch_mean = _mean_over_processes(pooled.detach().mean(0))
                     if not bool(self.mask_mean_ready):
                         self.mask_feature_mean.copy_(batch_mean)
                         self.mask_mean_ready.fill_(True)

@@ -61,8 +61,7 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)
     total, count = None, 0
     for b in loader:
-        pixels_or_feats, nr = image_input(b)
-        feats, nr = model.image_local_features(pixels_or_feats.to(dev), None if nr is None else nr.to(dev))
+        feats, nr = model.image_local_features(*image_input(b, dev))
         x = _set_vectors(model, feats, nr, kind).double()
         if measure == "pearson":
             x = x - x.mean(dim=-1, keepdim=True)

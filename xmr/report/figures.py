@@ -292,9 +292,8 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     dataset, collate = image_loader_parts(source, picks, cfg["features"]["max_regions"])
     items = []
     for k, i in enumerate(picks):
-        pixels_or_feats, nr = image_input(collate([dataset[k]]))
         with torch.no_grad():
-            x, num = model.image_local_features(pixels_or_feats.to(device), None if nr is None else nr.to(device))
+            x, num = model.image_local_features(*image_input(collate([dataset[k]]), device))
         n = int(num[0])
         attn, mask = image_attention(model, x, num)
         path = Path(data.image_paths[i]) if data.image_paths else None

@@ -88,11 +88,20 @@ def load_split_images(cfg: dict, split: str, train: bool = False) -> tuple[Capti
     return load_split_with_features(cfg, split)
 
 
-def image_input(batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(image_input, num_regions)`` of a batch: padded features and counts, or pixels and None."""
+def image_input(batch: dict, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(image_input, num_regions)`` of a batch, moved to ``device`` when given: padded features and counts,
+    or pixels and None. Features stored as float16 travel as float16 (half the bytes through the loader and the
+    host-to-device copy) and become float32 here, after the copy: on the GPU when training there."""
     if "images" in batch:
-        return batch["images"], None
-    return batch["feats"], batch["num_regions"]
+        x, n = batch["images"], None
+    else:
+        x, n = batch["feats"], batch["num_regions"]
+    if device is not None:
+        x = x.to(device, non_blocking=True)
+        n = None if n is None else n.to(device, non_blocking=True)
+    if n is not None and x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()
+    return x, n
 
 
 def _image_item(feats: FeatureFile, i: int, max_regions: int | None) -> tuple[torch.Tensor, int]:
@@ -111,9 +120,37 @@ def _stack_regions(items: list[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor,
     return out, torch.tensor([n for _, n in items])
 
 
+def read_regions(feats: FeatureFile, indices: list[int], max_regions: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded (B, r, F) features (zeros past each image's count) and (B,) region counts of the images
+    ``indices``, r the batch's largest count: the same values as stacking :func:`_image_item` per image, in one
+    store read. A float16 store stays float16 (:func:`image_input` converts after the copy to the device): the
+    per-image reads and the float32 conversion capped the loader at about 2,000 samples/s (docs/benchmarks.md)."""
+    idx = np.asarray(indices, dtype=np.int64)
+    n = feats.num_regions[idx].astype(np.int64)
+    if max_regions is not None:
+        n = np.minimum(n, max_regions)
+    r = int(n.max())
+    rows = feats.rows(idx, r)
+    out = torch.from_numpy(rows if rows.dtype == np.float16 else np.asarray(rows, dtype=np.float32))
+    counts = torch.from_numpy(n)
+    pad = torch.arange(r)[None, :] >= counts[:, None]
+    if bool(pad.any()):
+        out[pad] = 0.0
+    return out, counts
+
+
+class RegionBatch:
+    """What the batched ``__getitems__`` of a dataset over a :class:`FeatureFile` hands its collate: the batch's
+    features read at once, and the per-item rest (``items``: tuples whose image slots are None)."""
+
+    def __init__(self, feats: torch.Tensor, num_regions: torch.Tensor, items: list[tuple]) -> None:
+        self.feats, self.num_regions, self.items = feats, num_regions, items
+
+
 class PairDataset(Dataset):
     """One item per caption: (image side, caption, image index). An epoch visits every caption once.
-    ``feats``: precomputed features, or :class:`ImageFiles` (end to end; the region count is then None)."""
+    ``feats``: precomputed features, or :class:`ImageFiles` (end to end; the region count is then None).
+    A DataLoader fetches whole batches through ``__getitems__`` (one store read per batch)."""
 
     def __init__(self, data: CaptionedSplit, feats: FeatureFile | ImageFiles, max_regions: int | None = None) -> None:
         self.data, self.feats, self.max_regions = data, feats, max_regions
@@ -121,13 +158,27 @@ class PairDataset(Dataset):
     def __len__(self) -> int:
         return self.data.num_captions
 
+    def feature_row(self, i: int) -> int:
+        """The store row (or image file) read for image ``i``: ``i`` (a hook for the benchmark's sanity tests)."""
+        return i
+
+    def _text(self, j: int) -> tuple:
+        return self.data.captions[j], self.data.tokens[j] if self.data.tokens else []
+
     def __getitem__(self, j: int):
         i = int(self.data.caption_image[j])
         if isinstance(self.feats, ImageFiles):
-            x, n = self.feats[i], None
+            x, n = self.feats[self.feature_row(i)], None
         else:
-            x, n = _image_item(self.feats, i, self.max_regions)
-        return x, n, self.data.captions[j], self.data.tokens[j] if self.data.tokens else [], i, j
+            x, n = _image_item(self.feats, self.feature_row(i), self.max_regions)
+        return x, n, *self._text(j), i, j
+
+    def __getitems__(self, js: list[int]):
+        if isinstance(self.feats, ImageFiles):
+            return [self[j] for j in js]
+        images = [int(self.data.caption_image[j]) for j in js]
+        feats, counts = read_regions(self.feats, [self.feature_row(i) for i in images], self.max_regions)
+        return RegionBatch(feats, counts, [(None, None, *self._text(j), i, j) for i, j in zip(images, js)])
 
 
 class PairCollate:
@@ -137,7 +188,10 @@ class PairCollate:
         self.text_collate, self.split = text_collate, split
 
     def __call__(self, items):
-        if items[0][1] is None:  # image files (end to end)
+        if isinstance(items, RegionBatch):
+            image = {"feats": items.feats, "num_regions": items.num_regions}
+            items = items.items
+        elif items[0][1] is None:  # image files (end to end)
             image = {"images": torch.stack([x for x, *_ in items])}
         else:
             feats, lengths = _stack_regions([(x, n) for x, n, *_ in items])
@@ -158,8 +212,14 @@ class ImageDataset(Dataset):
     def __getitem__(self, k: int):
         return _image_item(self.feats, self.indices[k], self.max_regions)
 
+    def __getitems__(self, ks: list[int]) -> RegionBatch:
+        feats, counts = read_regions(self.feats, [self.indices[k] for k in ks], self.max_regions)
+        return RegionBatch(feats, counts, [])
+
 
 def collate_images(items):
+    if isinstance(items, RegionBatch):
+        return {"feats": items.feats, "num_regions": items.num_regions}
     feats, lengths = _stack_regions(items)
     return {"feats": feats, "num_regions": lengths}
 

@@ -2,7 +2,8 @@
 
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
-``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt``;
+``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt`` (when
+its config and its inputs, the training features and annotations, are those ``last.pt`` was written with);
 per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt`` also holds the
 best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a ``best.pt``
 lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.io.fault_point`` calls.
@@ -11,6 +12,8 @@ lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import os
 import time
@@ -27,6 +30,7 @@ from xmr.inference import _to, build_model, encode_split, load_trained, score_ba
 from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
 from xmr.progress import eta, log_line
+from xmr.reproducibility import use_deterministic_algorithms
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train.checkpoint import load_checkpoint, save_checkpoint
@@ -77,11 +81,25 @@ def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
     return Vocabulary.build(train_split.tokens, cfg["text"]["min_word_count"]).words
 
 
+def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dict[str, str]]:
+    """Hash of what the run reads besides its config: the training feature store (end to end: the backbone
+    weights) and the dataset's annotation files, so that a run never resumes onto inputs that changed since
+    last.pt was written (Snakemake reruns a training when its features change, and last.pt is not one of the
+    outputs it deletes). Also returns the parts, for the run's tags."""
+    parts = {}
+    if e2e:
+        parts["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256
+    else:
+        parts["features_sha256"] = sha256_file(feature_path(cfg, "train"))
+    ann = cfg["dataset_cfg"].get("annotations") or []
+    for i, path in enumerate([ann] if isinstance(ann, str) else ann):
+        if Path(path).is_file():
+            parts[f"annotations_{i}_sha256"] = sha256_file(path)
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
+
+
 def config_digest(cfg: dict) -> str:
     """Hash of everything that defines the run except bookkeeping (so a changed recipe never resumes)."""
-    import hashlib
-    import json
-
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
     bookkeeping = ("workers", "log_every", "log_every_steps", "threads")
     keep["train"] = {k: v for k, v in cfg["train"].items() if k not in bookkeeping}
@@ -149,14 +167,14 @@ class TrainStep:
         idx = batch["image_index"].to(device)
         cap = batch["caption_index"].to(device) if "caption_index" in batch else None
         model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
-        x, nr = image_input(batch)
+        x, nr = image_input(batch, device)
         with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.use_amp):  # covers the backbone too
-            img, txt = self.train_model(x.to(device, non_blocking=True), None if nr is None else nr.to(device),
-                                        _to(batch["text"], device))
+            img, txt = self.train_model(x, nr, _to(batch["text"], device))
             img, txt = img.float(), txt.float()
             if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
                 img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
                 cap = None if cap is None else dist.gather_batch(cap)
+                model.gather_aux(dist.gather_batch)  # residuals, slots, masks the loss reads (DVSE, PVSE, DivE)
             labels = None if self.labels is None else self.labels[idx]
             pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"], cap, self.texts)
             terms = model.compute_loss(img, txt, pos_mask, frac)
@@ -197,13 +215,14 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     e2e = is_end_to_end(cfg)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        use_deterministic_algorithms(warn_only=True)
 
     train_data, train_feats = load_split_images(cfg, "train", train=True)
     check_batching(cfg, train_data)
     if tcfg["gather_negatives"] and not METHODS.get(cfg["method"]).gathered_loss:
         raise XmrError(f"{cfg['name']}: train.gather_negatives: method {cfg['method']} keeps per-batch state for its "
-                       f"loss (memory queues, masks, slots), which is not gathered across processes; set it false")
+                       f"loss (momentum queues filled from the local batch), which is not gathered across processes; "
+                       f"set it false (docs/pipeline.md)")
     labels = None if train_data.image_labels is None else torch.as_tensor(train_data.image_labels).to(device)
     texts = caption_texts(train_data).to(device) if tcfg["positives"] == "caption_text" else None
     val_split = cfg["dataset_cfg"]["val_split"]
@@ -221,10 +240,16 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     best_model = None  # CPU copy of the best weights while the current epoch is not the best
     last = out / "last.pt"
     digest = config_digest(cfg)
-    if resume and last.exists() and _resume_checkpoint(last, "cpu").get("config_sha256") != digest:
-        if progress and ctx.is_main:
-            print(f"{last} was trained with a different config: starting over")
-        resume = False
+    inputs_sha, input_parts = inputs_digest(cfg, e2e, model)
+    if resume and last.exists():
+        written = _resume_checkpoint(last, "cpu")
+        why = ("a different config" if written.get("config_sha256") != digest
+               else "other input files (training features or annotations)"
+               if written.get("inputs_sha256") != inputs_sha else None)
+        if why:
+            if ctx.is_main:  # always said: a restart must be visible in logs
+                print(f"{last} was trained with {why}: starting over", flush=True)
+            resume = False
     if resume and last.exists():
         ck = _resume_checkpoint(last, device)
         model.load_state_dict(ck["model"])
@@ -264,10 +289,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         "image_source": "images" if e2e else "precomputed",
     }
     tags.update(train_data.extra.get("run_tags", {}))  # e.g. CUB's split_rule (which split files were used)
-    if e2e:
-        tags["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256[:16]
-    else:
-        tags["features_sha256"] = sha256_file(feature_path(cfg, "train"))[:16]
+    tags.update({k: v[:16] for k, v in input_parts.items() if not k.startswith("annotations")})
     dataset = PairDataset(train_data, train_feats, cfg["features"]["max_regions"])
     bs = tcfg["batch_size"]
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
@@ -350,7 +372,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     best_model = _cpu_copy(load_checkpoint(out / "best.pt", "cpu")["model"])
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                       "vocab_words": vocab_words, "image_dim": image_dim,
-                      "config_sha256": digest, "world_size": ctx.world_size, **state}
+                      "config_sha256": digest, "inputs_sha256": inputs_sha, "world_size": ctx.world_size,
+                      **state}
                 if best_model is not None:  # so that best.pt can be rebuilt after a kill (see the resume path)
                     ck["best_model"] = best_model
                 fault_point("checkpoint")
