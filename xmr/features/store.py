@@ -264,7 +264,8 @@ class FeatureFile:
             self._h5 = h5py.File(self.path, "r")
         ds = self._h5["features"]
         uniq, inverse = np.unique(idx, return_inverse=True)
-        out = np.empty((len(uniq), *ds[0:1, cut].shape[1:]), dtype=ds.dtype)
+        r = ds.shape[1] if regions is None else min(regions, ds.shape[1])
+        out = np.empty((len(uniq), r, ds.shape[2]), dtype=ds.dtype)
         for k, i in enumerate(uniq.tolist()):
             out[k] = ds[i, cut]
         return out[inverse]

@@ -241,8 +241,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     last = out / "last.pt"
     digest = config_digest(cfg)
     inputs_sha, input_parts = inputs_digest(cfg, e2e, model)
-    if resume and last.exists():
-        written = _resume_checkpoint(last, "cpu")
+    written = _resume_checkpoint(last, "cpu") if resume and last.exists() else None
+    if written is not None:
         why = ("a different config" if written.get("config_sha256") != digest
                else "other input files (training features or annotations)"
                if written.get("inputs_sha256") != inputs_sha else None)
@@ -250,8 +250,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
             if ctx.is_main:  # always said: a restart must be visible in logs
                 print(f"{last} was trained with {why}: starting over", flush=True)
             resume = False
-    if resume and last.exists():
-        ck = _resume_checkpoint(last, device)
+    if resume and written is not None:
+        ck = written if device.type == "cpu" else _resume_checkpoint(last, device)
         model.load_state_dict(ck["model"])
         if ck.get("best_model") is not None:  # kept on the CPU, as while training
             best_model = _cpu_copy(ck["best_model"])
