@@ -10,11 +10,30 @@ from xmr.reproducibility import PORTABLE_CPU_ENV, portable_cpu_numerics
 
 def test_pins_only_what_is_unset_and_nothing_when_native():
     env = {"MKL_CBWR": "COMPATIBLE"}
-    done = portable_cpu_numerics(env)
-    assert done == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    assert env == {**PORTABLE_CPU_ENV, "MKL_CBWR": "COMPATIBLE"}  # the user's own setting stays
+    done = portable_cpu_numerics(env, cpu_flags={"sse4_2", "avx", "avx2", "fma"})
+    assert done == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"}
+    assert env == {**PORTABLE_CPU_ENV, "MKL_CBWR": "COMPATIBLE", "OPENBLAS_CORETYPE": "Haswell"}  # the user's stays
     native = {"XMR_NATIVE_CPU": "1"}
     assert portable_cpu_numerics(native) == {} and native == {"XMR_NATIVE_CPU": "1"}
+
+
+def test_openblas_is_pinned_only_where_the_cpu_runs_its_haswell_kernels():
+    """A forced OpenBLAS core type is not checked against the CPU: without AVX2 + FMA it would crash."""
+    assert "OPENBLAS_CORETYPE" not in portable_cpu_numerics({}, cpu_flags={"sse4_2", "avx"})
+    assert "OPENBLAS_CORETYPE" not in portable_cpu_numerics({}, cpu_flags=set())   # no /proc/cpuinfo (macOS)
+    assert portable_cpu_numerics({}, cpu_flags={"avx2", "fma", "avx512f"})["OPENBLAS_CORETYPE"] == "Haswell"
+
+
+def test_the_cli_pins_openblas_before_numpy_loads_it():
+    """The pin only works if it is in the environment when OpenBLAS initialises: xmr's CLI sets it first."""
+    code = ("import os, sys; from xmr.reproducibility import portable_cpu_numerics as p; "
+            "assert 'numpy' not in sys.modules; import xmr.cli; assert 'numpy' not in sys.modules; "
+            "p(); import numpy; print(os.environ.get('OPENBLAS_CORETYPE'))")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("OPENBLAS_CORETYPE", "XMR_NATIVE_CPU")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    from xmr.reproducibility import _cpu_flags
+
+    assert out.strip() == ("Haswell" if {"avx2", "fma"} <= _cpu_flags() else "None")
 
 
 def test_deterministic_switch_sets_torch_flags_without_importing_inductor():

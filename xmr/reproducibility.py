@@ -7,19 +7,35 @@ import os
 
 #: instruction-set pins that make CPU results the same on every x86-64 machine with AVX2 (see portable_cpu_numerics)
 PORTABLE_CPU_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+#: NumPy's and SciPy's OpenBLAS (HGLMM's ICA/GMM fit): its Haswell kernels. Forced kernels are not checked
+#: against the CPU, so this one is only set where the CPU has AVX2 and FMA (else: illegal instruction).
+OPENBLAS_PIN = {"OPENBLAS_CORETYPE": "Haswell"}
 
 
-def portable_cpu_numerics(environ: dict | None = None) -> dict[str, str]:
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def portable_cpu_numerics(environ: dict | None = None, cpu_flags: set[str] | None = None) -> dict[str, str]:
     """Pin torch's CPU kernels to AVX2 before torch is imported, so a run gives the same numbers on every x86-64
     CPU with AVX2 (an AVX-512 machine otherwise picks other kernels, with another reduction order, in ATen's
-    vectorised ops, MKL's GEMM and oneDNN's convolutions). Each variable is only set when unset; ``XMR_NATIVE_CPU=1``
-    leaves all three alone (the machine's fastest kernels, results tied to its instruction set). Returns what was set.
+    vectorised ops, MKL's GEMM and oneDNN's convolutions), and OpenBLAS (NumPy, SciPy, scikit-learn) to its
+    Haswell kernels where the CPU has AVX2 and FMA (``cpu_flags``: default /proc/cpuinfo's). Each variable is
+    only set when unset; ``XMR_NATIVE_CPU=1`` leaves all of them alone (the machine's fastest kernels, results
+    tied to its instruction set). Returns what was set.
     """
     env = os.environ if environ is None else environ
     if env.get("XMR_NATIVE_CPU", "0") not in ("", "0"):
         return {}
+    pins = dict(PORTABLE_CPU_ENV)
+    if {"avx2", "fma"} <= (_cpu_flags() if cpu_flags is None else cpu_flags):
+        pins.update(OPENBLAS_PIN)
     done = {}
-    for k, v in PORTABLE_CPU_ENV.items():
+    for k, v in pins.items():
         if k not in env:
             env[k] = v
             done[k] = v
