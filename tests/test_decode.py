@@ -15,6 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import SAMPLE_PHOTOS
 from xmr.data import load_split
 from xmr.errors import XmrError
 from xmr.features.decode import (EncodedImageDataset, decode_batch, device_fallback_reason, resize_tensor,
@@ -22,20 +23,14 @@ from xmr.features.decode import (EncodedImageDataset, decode_batch, device_fallb
 from xmr.features.extract import extract_features, resize_image
 from xmr.features.store import FeatureFile
 
-SAMPLES = Path(__import__("sklearn.datasets", fromlist=["x"]).__file__).parent / "images"  # china.jpg, flower.jpg
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _jpeg(mode: str = "RGB", **save) -> bytes:
     buf = io.BytesIO()
-    Image.open(SAMPLES / "flower.jpg").convert(mode).resize((160, 107)).save(buf, "JPEG", quality=90, **save)
+    Image.open(SAMPLE_PHOTOS / "flower.jpg").convert(mode).resize((160, 107)).save(buf, "JPEG", quality=90, **save)
     return buf.getvalue()
 
 
@@ -86,9 +81,9 @@ def test_resolve_decoder():
 def test_device_resize_follows_pil_within_one_grey_level(resize, size):
     """PIL's BILINEAR resize is an antialiased (area-scaled) triangle filter; torch's bilinear with
     antialias=True is the same filter, so the two agree to rounding: at most 1 level apart."""
-    with Image.open(SAMPLES / "china.jpg") as im:
+    with Image.open(SAMPLE_PHOTOS / "china.jpg") as im:
         ref, g_ref = resize_image(im.convert("RGB"), size, resize, max_size=80)
-    decoded = torch.from_numpy(np.asarray(Image.open(SAMPLES / "china.jpg").convert("RGB")).copy()).permute(2, 0, 1)
+    decoded = torch.from_numpy(np.asarray(Image.open(SAMPLE_PHOTOS / "china.jpg").convert("RGB")).copy()).permute(2, 0, 1)
     x, g = resize_tensor(decoded, size, resize, max_size=80)
     assert x.shape == ref.shape and x.dtype == torch.uint8
     assert torch.equal(g, g_ref)
@@ -103,7 +98,7 @@ def _files(tmp_path) -> list[Path]:
     for name, data in [("a.jpg", _jpeg()), ("cmyk.jpg", _jpeg("CMYK")), ("g.jpg", _jpeg("L"))]:
         (tmp_path / "img" / name).write_bytes(data)
         paths.append(tmp_path / "img" / name)
-    Image.open(SAMPLES / "china.jpg").convert("RGB").resize((120, 80)).save(tmp_path / "img" / "p.png")
+    Image.open(SAMPLE_PHOTOS / "china.jpg").convert("RGB").resize((120, 80)).save(tmp_path / "img" / "p.png")
     return paths + [tmp_path / "img" / "p.png"]
 
 
