@@ -13,6 +13,7 @@ photos with random crops, flips and noise, so each file decodes like a real phot
 
     .venv/bin/python benchmarks/bench_extract.py                          # efficientnet_lite0, 256 images
     .venv/bin/python benchmarks/bench_extract.py --backbone resnet152_224 --allow-random-init --device cuda
+    .venv/bin/python benchmarks/bench_extract.py --device cuda --decoder pil device --workers 4 8   # nvJPEG
 """
 
 from __future__ import annotations
@@ -122,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--image-size", default="640x480", help="WxH of the generated JPEGs")
     ap.add_argument("--batch-size", type=int, help="default: the backbone config's")
     ap.add_argument("--workers", type=int, nargs="+", default=[2], help="decoding processes (several: one run each)")
+    ap.add_argument("--decoder", nargs="+", default=["auto"], choices=["auto", "pil", "device"],
+                    help="image decoding (xmr/features/decode.py; several: one run each)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--allow-random-init", action="store_true", help="backbones without local weights: random init")
@@ -153,20 +156,22 @@ def main(argv=None) -> int:
         decode_ms = decode_cpu_ms(split, cfg)
         print(f"decode + resize: {decode_ms:.1f} CPU ms/img")
         rows = []
-        for workers in args.workers:
-            for r in range(args.repeat):
-                fwd, fwd_ms = bare_forward(backbone, batch, size, args.images, dev)
-                out = tmp / f"f_{workers}_{r}.h5"
-                t, c = time.perf_counter(), cpu_seconds()
-                extract_features(split, cfg, out, batch_size=batch, workers=workers, dtype=cfg["dtype"],
-                                 device=str(dev), progress=False, backbone=backbone)
-                ext, ext_ms = args.images / (time.perf_counter() - t), 1000 * (cpu_seconds() - c) / args.images
-                out.unlink()
-                rows.append({"workers": workers, "forward_img_s": round(fwd, 1), "extract_img_s": round(ext, 1),
-                             "ratio": round(ext / fwd, 3), "forward_cpu_ms_img": round(fwd_ms, 2),
-                             "extract_cpu_ms_img": round(ext_ms, 2)})
-                print(f"workers={workers} run {r + 1}: forward {fwd:.1f} img/s ({fwd_ms:.1f} CPU ms/img), extract "
-                      f"{ext:.1f} img/s ({ext_ms:.1f} CPU ms/img), ratio {ext / fwd:.2f}", flush=True)
+        for decoder in args.decoder:
+            for workers in args.workers:
+                for r in range(args.repeat):
+                    fwd, fwd_ms = bare_forward(backbone, batch, size, args.images, dev)
+                    out = tmp / f"f_{decoder}_{workers}_{r}.h5"
+                    t, c = time.perf_counter(), cpu_seconds()
+                    extract_features(split, {**cfg, "decoder": decoder}, out, batch_size=batch, workers=workers,
+                                     dtype=cfg["dtype"], device=str(dev), progress=False, backbone=backbone)
+                    ext, ext_ms = args.images / (time.perf_counter() - t), 1000 * (cpu_seconds() - c) / args.images
+                    out.unlink()
+                    rows.append({"decoder": decoder, "workers": workers, "forward_img_s": round(fwd, 1),
+                                 "extract_img_s": round(ext, 1), "ratio": round(ext / fwd, 3),
+                                 "forward_cpu_ms_img": round(fwd_ms, 2), "extract_cpu_ms_img": round(ext_ms, 2)})
+                    print(f"decoder={decoder} workers={workers} run {r + 1}: forward {fwd:.1f} img/s ({fwd_ms:.1f} "
+                          f"CPU ms/img), extract {ext:.1f} img/s ({ext_ms:.1f} CPU ms/img), ratio {ext / fwd:.2f}",
+                          flush=True)
     info["loadavg_end"] = os.getloadavg()
     result = {"cpu_allocator_tuned": tuned,
               "forward_untuned_allocator": untuned and {"img_s": round(untuned[0], 1), "cpu_ms_img": round(untuned[1], 2)},

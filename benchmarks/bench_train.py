@@ -51,7 +51,7 @@ from xmr.config import load_run_config  # noqa: E402
 from xmr.errors import XmrError  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
 from xmr.train.data import PairCollate  # noqa: E402
-from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer  # noqa: E402
+from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer, host_sync_every  # noqa: E402
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
 VARIANTS = ("xmr", "xmr_noaug", "reference")
@@ -269,15 +269,16 @@ def build_xmr(name: str, args, cfg: dict, vocab_words: list[str], samples_list, 
     seed_everything(cfg["train"]["seed"])
     model = build_model(cfg, args.feature_dim, vocab_words).to(device)
     model.train()
-    optimizer = build_optimizer(model, cfg["optim"])
+    optimizer = build_optimizer(model, cfg["optim"], fused=device.type == "cuda")  # as the trainer builds it
     use_amp, amp_dtype = amp_settings(cfg, device, args.amp)
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
     # the trainer's own step (xmr/train/trainer.py TrainStep); single process: the trainer's ctx.wrap is the identity
     stepper = TrainStep(model, TrainForward(model), optimizer, scaler, cfg, device, use_amp, amp_dtype)
+    stepper.check_finite = host_sync_every(device) == 1  # as in train(): no host read of the loss per step on CUDA
     epoch, steps_per_epoch = int(cfg["loss"]["warmup_epochs"]), 1000  # first step after the VSE0 warm-up: hardest
 
-    def step(batch: dict) -> float:
-        return stepper(batch, epoch, 0, steps_per_epoch)["loss"].item()
+    def step(batch: dict) -> torch.Tensor:  # the loss stays on the device; run_steps reads them after its sync
+        return stepper(batch, epoch, 0, steps_per_epoch)["loss"].detach()
 
     return Bench(name, [model], xmr_batches(samples_list, model.text.collate, device.type == "cuda"), step)
 
@@ -341,7 +342,8 @@ def run_steps(bench: Bench, n: int, device: torch.device) -> tuple[float, float,
     t0, c0 = time.perf_counter(), time.process_time()
     losses = [bench.step(bench.batches[i % len(bench.batches)]) for i in range(n)]
     sync(device)
-    return time.perf_counter() - t0, time.process_time() - c0, losses
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, cpu, [float(x) for x in losses]  # xmr's step returns device tensors: read after the clock
 
 
 def setup_process(args, device: torch.device) -> None:

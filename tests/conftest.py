@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,6 +15,19 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+#: scikit-learn's two sample photos (china.jpg, flower.jpg: 640 x 427 JPEGs), real files to decode
+SAMPLE_PHOTOS = Path(importlib.util.find_spec("sklearn").origin).parent / "datasets" / "images"  # no import
+
+
+@pytest.fixture
+def one_thread():
+    """2 shared cores: torch's default two threads spin against other processes (orders of magnitude slower)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

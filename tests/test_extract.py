@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import SAMPLE_PHOTOS
 from xmr.config import load_backbone_config
 from xmr.data import load_split
 from xmr.errors import XmrError
@@ -18,16 +19,9 @@ from xmr.features.extract import extract_features, resize_geometry
 from xmr.features.store import FeatureFile
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = Path(__import__("sklearn.datasets", fromlist=["x"]).__file__).parent / "images"  # china.jpg, flower.jpg
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """2 shared cores: torch's default two threads spin against other processes (orders of magnitude slower)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +31,7 @@ def photos(tmp_path_factory):
     images = [{"filename": f, "imgid": i, "split": "test", "sentences": [{"raw": "a photo"}]}
               for i, f in enumerate(["china.jpg", "flower.jpg"])]
     (root / "d.json").write_text(json.dumps({"images": images}))
-    cfg = {"name": "photos", "format": "karpathy", "annotations": str(root / "d.json"), "images": str(SAMPLES),
+    cfg = {"name": "photos", "format": "karpathy", "annotations": str(root / "d.json"), "images": str(SAMPLE_PHOTOS),
            "captions_per_image": 1}
     return load_split(cfg, "test"), root
 
@@ -278,7 +272,7 @@ def test_unreadable_image_is_one_clear_error_from_a_worker_process(tmp_path):
     import shutil
 
     (tmp_path / "img").mkdir()
-    shutil.copy(SAMPLES / "flower.jpg", tmp_path / "img" / "ok.jpg")
+    shutil.copy(SAMPLE_PHOTOS / "flower.jpg", tmp_path / "img" / "ok.jpg")
     (tmp_path / "img" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated, not a JPEG")
     images = [{"filename": f, "imgid": i, "split": "test", "sentences": [{"raw": "x"}]}
               for i, f in enumerate(["ok.jpg", "broken.jpg"])]

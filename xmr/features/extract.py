@@ -30,6 +30,8 @@ from torch.utils.data import DataLoader, Dataset
 from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
 from xmr.features.backbones import Backbone, build_backbone
+from xmr.features.decode import (EncodedImageDataset, collate_encoded, decode_batch, fallback_summary,
+                                 resolve_decoder)
 from xmr.features.store import ShardWriter
 from xmr.io import check_writable_dir
 from xmr.utils import resolve_device, tune_cpu_allocator
@@ -37,7 +39,7 @@ from xmr.utils import resolve_device, tune_cpu_allocator
 RESIZE_MODES = ("squash", "center_crop", "shorter_side")
 CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
 #: config keys that do not change the features (a resumed run may differ in them)
-_NON_FEATURE_KEYS = {"description", "batch_size", "key"}
+_NON_FEATURE_KEYS = {"description", "batch_size", "key", "decoder"}  # the resolved decoder is an attr of its own
 
 
 def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None = None):
@@ -176,7 +178,12 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
 
     Resumable: finished batches are kept as shards next to ``out``; rerunning the same command continues.
     ``backbone``: an already built ``build_backbone(backbone_cfg)`` to reuse (benchmarks, notebooks).
+    ``backbone_cfg['decoder']``: ``pil`` (workers decode), ``device`` (workers read bytes, the device decodes;
+    :mod:`xmr.features.decode`) or ``auto`` (device on CUDA).
     """
+    import sys
+    from collections import Counter
+
     from xmr.progress import bar as progress_bar
 
     split.require_images("import its features with `xmr import-features` instead of extracting them")
@@ -186,6 +193,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     check_writable_dir(Path(out).parent, "feature output directory")  # before the backbone loads
     if dev.type == "cpu":
         tune_cpu_allocator()
+    decoder = resolve_decoder(backbone_cfg.get("decoder") or "auto", dev)
     backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev)
     size, resize, max_size = input_settings(backbone_cfg, backbone)
     padded = resize == "shorter_side"
@@ -206,19 +214,33 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
         "backbone": backbone_cfg["name"], "backbone_key": backbone_cfg.get("key"),
         "weights_sha256": backbone.weights_sha256, "input_size": size, "resize": resize,
         "dataset": split.name, "split": split.split, "batch_size": batch_size, "dtype": dtype,
-        "backbone_config": feature_config(backbone_cfg),
+        "backbone_config": feature_config(backbone_cfg), "decoder": decoder,
     })
-    ds = ImageFolderDataset(split.image_paths, size, resize, max_size)
+    if decoder == "device":
+        ds = EncodedImageDataset(split.image_paths, size, resize, max_size)
+    else:
+        ds = ImageFolderDataset(split.image_paths, size, resize, max_size)
     starts = [s for s in range(0, len(ds), batch_size) if not writer.done(s)]
     todo = torch.utils.data.Subset(ds, [i for s in starts for i in range(s, min(s + batch_size, len(ds)))])
-    loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=workers, collate_fn=collate_padded,
+    loader = DataLoader(todo, batch_size=batch_size, shuffle=False, num_workers=workers,
+                        collate_fn=collate_encoded if decoder == "device" else collate_padded,
                         pin_memory=dev.type == "cuda", persistent_workers=False)
+    reasons: Counter = Counter()
+
+    def to_device(start: int, batch):
+        """A loader batch -> (uint8 (B, 3, H, W) on ``dev``, geometries on the CPU)."""
+        if decoder == "pil":
+            x, geoms = batch
+            return x.to(dev, non_blocking=True), geoms
+        paths = split.image_paths[start: start + len(batch)]
+        return collate_padded(decode_batch(batch, paths, dev, size, resize, max_size, reasons))
+
     np_dtype = np.float16 if dtype == "float16" else np.float32
     # without a bar: a line every 100 batches and the throughput at the end (logs of cluster jobs)
     bar = progress_bar(total=len(ds), initial=len(ds) - len(todo), desc=f"extract {split.name}/{split.split}",
                        unit="img", progress=progress, every=100)
     try:
-        _run(backbone, loader, starts, writer, dev, np_dtype, given_boxes, padded, bar)
+        _run(backbone, loader, starts, to_device, writer, dev, np_dtype, given_boxes, padded, bar)
     except XmrError as e:
         writer.abandon()  # finished shards stay for the rerun; a lone settings stamp does not
         raise XmrError(_worker_message(str(e))) from None
@@ -226,6 +248,8 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
         writer.abandon()
         raise
     bar.close()
+    if reasons:
+        print(fallback_summary(reasons, len(todo)), file=sys.stderr)
     return writer.finish(split.image_ids, dtype=dtype)
 
 
@@ -236,19 +260,21 @@ def _worker_message(msg: str) -> str:
     return msg
 
 
-def _run(backbone, loader, starts, writer, dev, np_dtype, given_boxes, padded, bar) -> None:
+def _run(backbone, loader, starts, to_device, writer, dev, np_dtype, given_boxes, padded, bar) -> None:
     """The extraction loop: forward each batch, hand its shard to the writer thread (at most two queued).
-    ``given_boxes``: per-image original-pixel boxes for backbones that need them, else None."""
+    ``to_device(start, batch) -> (uint8 images on dev, geometries)``; ``given_boxes``: per-image original-pixel
+    boxes for backbones that need them, else None."""
     pending: list[Future] = []
     with ThreadPoolExecutor(max_workers=1) as pool, torch.inference_mode():
-        for start, (x, geoms) in zip(starts, loader):
+        for start, batch in zip(starts, loader):
+            x, geoms = to_device(start, batch)
             kwargs = {}
             if given_boxes is not None:
                 kwargs["boxes"] = [boxes_to_input(given_boxes[start + i], g).to(dev) for i, g in enumerate(geoms)]
             if padded:
                 kwargs["image_sizes"] = [(round(g[3].item() * g[1].item()), round(g[2].item() * g[0].item()))
                                          for g in geoms]
-            x = normalise(x.to(dev, non_blocking=True), backbone.mean, backbone.std, kwargs.get("image_sizes"))
+            x = normalise(x, backbone.mean, backbone.std, kwargs.get("image_sizes"))
             result = backbone(x, **kwargs)
             feats, boxes = result[0], result[1]
             nreg = (result[2].cpu().numpy() if len(result) > 2

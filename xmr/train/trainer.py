@@ -106,17 +106,26 @@ def config_digest(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def build_optimizer(model: RetrievalModel, optim_cfg: dict) -> torch.optim.Optimizer:
+def host_sync_every(device: torch.device) -> int:
+    """Steps between reads of the loss on the host (finiteness, progress bar). On the CPU every step costs
+    nothing extra; on CUDA each read stalls the queue of kernels, so it is done every 25 steps."""
+    return 25 if device.type == "cuda" else 1
+
+
+def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False) -> torch.optim.Optimizer:
+    """``fused``: one kernel for the whole update (what the trainer asks for on CUDA; the CPU keeps the default
+    implementation, so CPU results do not move)."""
     groups = model.param_groups(optim_cfg["lr"], optim_cfg["text_backbone_lr_scale"])
     if getattr(model, "image_backbone", None) is not None:
         groups = model.with_image_backbone_group(groups, optim_cfg["lr"] * optim_cfg["image_backbone_lr_scale"])
     for g in groups:
         g["base_lr"] = g["lr"]
     name, wd = optim_cfg["name"], optim_cfg["weight_decay"]
+    kw = {"fused": True} if fused else {}
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=optim_cfg["lr"], weight_decay=wd)
+        return torch.optim.AdamW(groups, lr=optim_cfg["lr"], weight_decay=wd, **kw)
     if name == "adam":
-        return torch.optim.Adam(groups, lr=optim_cfg["lr"], weight_decay=wd)
+        return torch.optim.Adam(groups, lr=optim_cfg["lr"], weight_decay=wd, **kw)
     return torch.optim.SGD(groups, lr=optim_cfg["lr"], momentum=optim_cfg["momentum"], weight_decay=wd)
 
 
@@ -158,6 +167,9 @@ class TrainStep:
         self.model, self.train_model, self.optimizer, self.scaler = model, train_model, optimizer, scaler
         self.cfg, self.device, self.use_amp, self.amp_dtype, self.labels = cfg, device, use_amp, amp_dtype, labels
         self.texts = texts  # the training split's caption texts, for train.positives: caption_text
+        # a finiteness check reads the loss on the host: a device sync per step. The train loop turns it off on
+        # CUDA and checks every host_sync_every(device) steps instead (and before any checkpoint).
+        self.check_finite = True
 
     def __call__(self, batch: dict, epoch: int, it: int, steps_per_epoch: int) -> dict[str, torch.Tensor]:
         tcfg, ocfg, model, device = self.cfg["train"], self.cfg["optim"], self.model, self.device
@@ -179,7 +191,7 @@ class TrainStep:
             pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"], cap, self.texts)
             terms = model.compute_loss(img, txt, pos_mask, frac)
         loss = terms["loss"]
-        if not torch.isfinite(loss):
+        if self.check_finite and not torch.isfinite(loss):
             model.batch_image_index = None
             raise NonFiniteLoss(loss.item())
         self.optimizer.zero_grad(set_to_none=True)
@@ -193,6 +205,14 @@ class TrainStep:
         model.on_train_step_end()
         model.batch_image_index = None  # never reused by the next batch's forward
         return terms
+
+
+def _check_finite(nonfinite: torch.Tensor, epoch: int, first: int, it: int, last: Path, every: int) -> None:
+    """The deferred check (CUDA): one of steps ``first``..``it`` of ``epoch`` had a non-finite loss."""
+    if nonfinite.item():
+        raise XmrError(f"non-finite loss at epoch {epoch + 1}, one of steps {first}-{it} (read every {every} steps "
+                       f"on this device); the last good checkpoint is "
+                       f"{last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable optim.grad_clip")
 
 
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
@@ -231,7 +251,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
     model.prepare(train_data)  # data-dependent state (CODER's concepts); a resumed checkpoint overwrites it
     image_dim = model.image_backbone.feature_dim if e2e else train_feats.feature_dim
-    optimizer = build_optimizer(model, ocfg)
+    optimizer = build_optimizer(model, ocfg, fused=device.type == "cuda")
     use_amp = tcfg["amp"] and device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
@@ -295,6 +315,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
         else math.ceil(len(dataset) / (bs * ctx.world_size))
     stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
+    sync_every = host_sync_every(device)
+    stepper.check_finite = sync_every == 1
     # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
     with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags, id_file=out / "mlflow_run_id",
                      resume=resume):
@@ -320,7 +342,9 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                         "frozen_epochs"]):
                     print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
             train_model.train()
-            t0, seen, loss_sum, nb = time.time(), 0, 0.0, 0
+            t0, seen, nb, checked = time.time(), 0, 0, 0
+            loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no sync per step
+            nonfinite = torch.zeros((), dtype=torch.bool, device=device)
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
             for it, batch in enumerate(bar):
@@ -331,23 +355,31 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     raise XmrError(f"non-finite loss ({e}) at epoch {epoch + 1} step {it}; the last good checkpoint "
                                    f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
                                    f"optim.grad_clip") from None
-                loss = terms["loss"]
+                loss = terms["loss"].detach()
                 state["step"] += 1
                 seen += len(batch["image_index"]) * ctx.world_size
-                loss_sum += loss.item()
+                loss_sum += loss
                 nb += 1
-                bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
+                if sync_every > 1:
+                    nonfinite |= ~torch.isfinite(loss)
+                    if (it + 1) % sync_every == 0:
+                        _check_finite(nonfinite, epoch, checked, it, last, sync_every)
+                        checked = it + 1
+                if (it + 1) % sync_every == 0:
+                    bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
                 every = tcfg["log_every_steps"]
                 if not progress and ctx.is_main and every and (it + 1) % every == 0:
                     dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
                     log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", step=f"{it + 1}/{steps_per_epoch}",
-                             loss=loss_sum / nb, samples_per_s=seen / max(dt, 1e-9),
+                             loss=loss_sum.item() / nb, samples_per_s=seen / max(dt, 1e-9),
                              eta=eta(dt, it + 1, steps_per_epoch))
                 if state["step"] % tcfg["log_every"] == 0:
                     tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
                                         | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
             bar.close()
-            row: dict[str, Any] = {"epoch": epoch + 1, "loss": loss_sum / max(1, nb),
+            if sync_every > 1 and checked < nb:  # never a checkpoint of weights a non-finite step touched
+                _check_finite(nonfinite, epoch, checked, nb - 1, last, sync_every)
+            row: dict[str, Any] = {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
                                    "samples_per_s": seen / max(1e-9, time.time() - t0),
                                    "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
             if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == tcfg["epochs"]):
