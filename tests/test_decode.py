@@ -18,9 +18,9 @@ from PIL import Image
 from conftest import SAMPLE_PHOTOS
 from xmr.data import load_split
 from xmr.errors import XmrError
-from xmr.features.decode import (EncodedImageDataset, decode_batch, device_fallback_reason, resize_tensor,
-                                 resolve_decoder)
-from xmr.features.extract import extract_features, resize_image
+from xmr.features.decode import (EncodedImageDataset, decode_batch, device_fallback_reason, resize_image,
+                                 resize_tensor, resolve_decoder)
+from xmr.features.extract import extract_features
 from xmr.features.store import FeatureFile
 
 

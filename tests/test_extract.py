@@ -15,7 +15,8 @@ from xmr.config import load_backbone_config
 from xmr.data import load_split
 from xmr.errors import XmrError
 from xmr.features.backbones import build_backbone
-from xmr.features.extract import extract_features, resize_geometry
+from xmr.features.decode import resize_geometry
+from xmr.features.extract import extract_features
 from xmr.features.store import FeatureFile
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,6 @@
-"""Image decoding for extraction: PIL in the DataLoader workers, or JPEG bytes decoded in batches on the device.
+"""Image decoding and preprocessing: the one resize (:func:`resize_geometry`, :func:`resize_image`,
+:func:`read_image`; shared by extraction and end-to-end training), and the two decoders of extraction: PIL in the
+DataLoader workers, or JPEG bytes decoded in batches on the device.
 
 On a GPU node, PIL decoding in the workers caps extraction at a few hundred images/s (docs/benchmarks.md) while
 the backbone runs thousands. With ``decoder: device`` the workers only read the file's bytes and check its
@@ -14,16 +16,76 @@ partial extraction is never resumed with the other one.
 
 from __future__ import annotations
 
+import os
 import struct
 import warnings
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from xmr.errors import XmrError
+
 DECODERS = ("auto", "pil", "device")
+RESIZE_MODES = ("squash", "center_crop", "shorter_side")
+CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
+
+
+def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None = None):
+    """How an original ``w`` x ``h`` image maps to the network input.
+
+    Returns ``(new_w, new_h)`` (size after resizing, before cropping), ``(left, top)`` crop offset and the
+    input size ``(in_w, in_h)``. A point (x, y) of the original lands at ``(x * new_w / w - left, ...)``.
+    """
+    if mode == "squash":
+        return (size, size), (0, 0), (size, size)
+    if mode == "center_crop":
+        short = round(size / CROP_RATIO)
+        r = short / min(w, h)
+        nw, nh = max(size, round(w * r)), max(size, round(h * r))
+        left, top = (nw - size) // 2, (nh - size) // 2
+        return (nw, nh), (left, top), (size, size)
+    if mode == "shorter_side":
+        r = size / min(w, h)
+        if max_size and r * max(w, h) > max_size:
+            r = max_size / max(w, h)
+        nw, nh = max(1, round(w * r)), max(1, round(h * r))
+        return (nw, nh), (0, 0), (nw, nh)
+    raise XmrError(f"backbone resize: {mode!r}; choose one of {', '.join(RESIZE_MODES)}")
+
+
+def resize_image(im, size: int, resize: str = "squash", max_size: int | None = None):
+    """A PIL image -> ``(uint8 (3, H, W) network input, geometry)``: the one image preprocessing, shared by
+    extraction and end-to-end training (:mod:`xmr.train.e2e`). Geometry = ``[w, h, sx, sy, left, top]``:
+    original size, scale factors and crop offset (input = original * scale - offset)."""
+    from PIL import Image
+
+    w, h = im.size
+    (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
+    im = (im if im.mode == "RGB" else im.convert("RGB")).resize((nw, nh), Image.BILINEAR)
+    if (nw, nh) != (iw, ih):
+        im = im.crop((left, top, left + iw, top + ih))
+    x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
+    return x, torch.tensor([w, h, nw / w, nh / h, left, top], dtype=torch.float64)
+
+
+def read_image(path: str | os.PathLike, size: int, resize: str = "squash", max_size: int | None = None,
+               augment=None):
+    """Decode ``path`` and :func:`resize_image` it; ``augment(PIL image) -> PIL image`` runs first (training-time
+    crops/flips of end-to-end training; the geometry is then relative to the augmented image)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if augment is not None:
+                im = augment(im)
+            return resize_image(im, size, resize, max_size)
+    except (OSError, ValueError) as e:
+        raise XmrError(f"{path}: cannot read image ({e})") from None
 
 # SOF markers: 0xC0 baseline, 0xC1 extended sequential, 0xC2 progressive, 0xC3 lossless; 0xC5-0xC7 hierarchical;
 # 0xC9-0xCB and 0xCD-0xCF arithmetic coding.
@@ -43,8 +105,6 @@ def _quiet_torchvision_io():
 
 def resolve_decoder(name: str, device: torch.device) -> str:
     """``auto`` -> ``device`` on CUDA, ``pil`` elsewhere; ``pil`` and ``device`` as given."""
-    from xmr.errors import XmrError
-
     if name not in DECODERS:
         raise XmrError(f"backbone decoder: {name!r}; choose one of {', '.join(DECODERS)}")
     if name == "auto":
@@ -118,9 +178,6 @@ class EncodedImageDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        from xmr.errors import XmrError
-        from xmr.features.extract import read_image
-
         path = self.paths[i]
         try:
             data = Path(path).read_bytes()
@@ -139,9 +196,7 @@ def collate_encoded(items):
 
 def resize_tensor(x: torch.Tensor, size: int, resize: str = "squash", max_size: int | None = None):
     """A decoded uint8 ``(3, h, w)`` tensor (on any device) -> ``(uint8 network input, geometry)``, as
-    :func:`xmr.features.extract.resize_image` does for a PIL image (bilinear with antialiasing: PIL's filter)."""
-    from xmr.features.extract import resize_geometry
-
+    :func:`resize_image` does for a PIL image (bilinear with antialiasing: PIL's filter)."""
     h, w = x.shape[-2:]
     (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
     if (nw, nh) != (w, h):
@@ -161,8 +216,6 @@ def decode_batch(items, paths: list[Path], device: torch.device, size: int, resi
     ``paths``: the items' files (errors and fallbacks). ``reasons`` counts the files that went to PIL, by reason.
     """
     from torchvision.io import ImageReadMode, decode_jpeg
-
-    from xmr.features.extract import read_image
 
     out: list = [None] * len(items)
     todo = [i for i, (kind, _, _) in enumerate(items) if kind == "bytes"]

@@ -1,7 +1,8 @@
 """``xmr extract``: run a backbone over a split's images and write the feature store (resumable).
 
-Images are decoded and resized in DataLoader worker processes and shards are written by a background thread,
-so decoding and writing overlap the forward pass. Three resize modes (backbone config ``resize``; default: the
+Images are decoded and resized (:mod:`xmr.features.decode`) in DataLoader worker processes, or decoded on the
+device (``decoder``), and shards are written by a background thread, so decoding and writing overlap the forward
+pass. Three resize modes (backbone config ``resize``; default: the
 backbone's own, else ``squash``):
 
 - ``squash``: the whole image to ``input_size`` x ``input_size`` (aspect ratio not kept; VSE∞'s grid-feature
@@ -30,70 +31,14 @@ from torch.utils.data import DataLoader, Dataset
 from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
 from xmr.features.backbones import Backbone, build_backbone
-from xmr.features.decode import (EncodedImageDataset, collate_encoded, decode_batch, fallback_summary,
-                                 resolve_decoder)
+from xmr.features.decode import (RESIZE_MODES, EncodedImageDataset, collate_encoded, decode_batch,
+                                 fallback_summary, read_image, resolve_decoder)
 from xmr.features.store import ShardWriter
 from xmr.io import check_writable_dir
 from xmr.utils import resolve_device, tune_cpu_allocator
 
-RESIZE_MODES = ("squash", "center_crop", "shorter_side")
-CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
 #: config keys that do not change the features (a resumed run may differ in them)
 _NON_FEATURE_KEYS = {"description", "batch_size", "key", "decoder"}  # the resolved decoder is an attr of its own
-
-
-def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None = None):
-    """How an original ``w`` x ``h`` image maps to the network input.
-
-    Returns ``(new_w, new_h)`` (size after resizing, before cropping), ``(left, top)`` crop offset and the
-    input size ``(in_w, in_h)``. A point (x, y) of the original lands at ``(x * new_w / w - left, ...)``.
-    """
-    if mode == "squash":
-        return (size, size), (0, 0), (size, size)
-    if mode == "center_crop":
-        short = round(size / CROP_RATIO)
-        r = short / min(w, h)
-        nw, nh = max(size, round(w * r)), max(size, round(h * r))
-        left, top = (nw - size) // 2, (nh - size) // 2
-        return (nw, nh), (left, top), (size, size)
-    if mode == "shorter_side":
-        r = size / min(w, h)
-        if max_size and r * max(w, h) > max_size:
-            r = max_size / max(w, h)
-        nw, nh = max(1, round(w * r)), max(1, round(h * r))
-        return (nw, nh), (0, 0), (nw, nh)
-    raise XmrError(f"backbone resize: {mode!r}; choose one of {', '.join(RESIZE_MODES)}")
-
-
-def resize_image(im, size: int, resize: str = "squash", max_size: int | None = None):
-    """A PIL image -> ``(uint8 (3, H, W) network input, geometry)``: the one image preprocessing, shared by
-    extraction and end-to-end training (:mod:`xmr.train.e2e`). Geometry = ``[w, h, sx, sy, left, top]``:
-    original size, scale factors and crop offset (input = original * scale - offset)."""
-    from PIL import Image
-
-    w, h = im.size
-    (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
-    im = (im if im.mode == "RGB" else im.convert("RGB")).resize((nw, nh), Image.BILINEAR)
-    if (nw, nh) != (iw, ih):
-        im = im.crop((left, top, left + iw, top + ih))
-    x = torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1)
-    return x, torch.tensor([w, h, nw / w, nh / h, left, top], dtype=torch.float64)
-
-
-def read_image(path: str | os.PathLike, size: int, resize: str = "squash", max_size: int | None = None,
-               augment=None):
-    """Decode ``path`` and :func:`resize_image` it; ``augment(PIL image) -> PIL image`` runs first (training-time
-    crops/flips of end-to-end training; the geometry is then relative to the augmented image)."""
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            if augment is not None:
-                im = augment(im)
-            return resize_image(im, size, resize, max_size)
-    except (OSError, ValueError) as e:
-        raise XmrError(f"{path}: cannot read image ({e})") from None
 
 
 def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, int | None]:
@@ -110,7 +55,7 @@ def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, in
 class ImageFolderDataset(Dataset):
     """Decodes and resizes images in worker processes so that decoding overlaps the forward pass.
 
-    Items are ``(image (3, H, W) uint8, geometry)`` (:func:`resize_image`). Images stay uint8 until they are
+    Items are ``(image (3, H, W) uint8, geometry)`` (:func:`xmr.features.decode.resize_image`). Images stay uint8 until they are
     on the compute device (:func:`normalise`): a quarter of the bytes through worker IPC and host-to-GPU copies.
     """
 

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from xmr.data.base import CaptionedSplit, load_split
 from xmr.errors import XmrError
-from xmr.features.extract import read_image
+from xmr.features.decode import read_image
 from xmr.features.store import FeatureFile
 from xmr.layout import feature_path  # noqa: F401 - re-exported (the trainer uses it)
 from xmr.train.e2e import image_input_settings, is_end_to_end
@@ -58,7 +58,7 @@ class TrainAugment:
 
 class ImageFiles(Dataset):
     """A split's image files as uint8 network inputs (B, 3, H, W), prepared by ``xmr extract``'s
-    :func:`~xmr.features.extract.read_image` (same size, resize mode), plus ``augment`` in training."""
+    :func:`~xmr.features.decode.read_image` (same size, resize mode), plus ``augment`` in training."""
 
     def __init__(self, paths: list[Path], size: int, resize: str = "squash", max_size: int | None = None,
                  augment: TrainAugment | None = None) -> None:

@@ -1,7 +1,7 @@
 """End-to-end training from images (VSE∞ "grid mode"): a grid backbone fine-tuned inside the model.
 
 ``features.source: images`` makes the trainer read the split's image files (decoded and resized exactly as
-``xmr extract`` does: :func:`xmr.features.extract.read_image`) instead of ``features/*.h5``. The backbone sits
+``xmr extract`` does: :func:`xmr.features.decode.read_image`) instead of ``features/*.h5``. The backbone sits
 in the model as ``model.image_backbone`` (a :class:`FinetunedBackbone`) and turns uint8 pixels into the same
 ``(B, R, F)`` local features + ``num_regions`` that precomputed features give, so every method trains end to
 end unchanged. Its weights are part of the model's state_dict (checkpoints, ``xmr score``).
