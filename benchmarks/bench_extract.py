@@ -95,7 +95,7 @@ def bare_forward(backbone, batch: int, size: int, n_images: int, dev: torch.devi
 
 def decode_cpu_ms(split, cfg: dict) -> float:
     """CPU ms per image of decoding + resizing alone (what the DataLoader workers do)."""
-    from xmr.features.extract import ImageFolderDataset
+    from xmr.features.decode import ImageFolderDataset
 
     ds = ImageFolderDataset(split.image_paths, int(cfg["input_size"]), cfg.get("resize") or "squash")
     c = cpu_seconds()

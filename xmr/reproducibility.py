@@ -32,8 +32,8 @@ def portable_cpu_numerics(environ: dict | None = None, cpu_flags: set[str] | Non
     if env.get("XMR_NATIVE_CPU", "0") not in ("", "0"):
         return {}
     pins = dict(PORTABLE_CPU_ENV)
-    if {"avx2", "fma"} <= (_cpu_flags() if cpu_flags is None else cpu_flags):
-        pins.update(OPENBLAS_PIN)
+    if "OPENBLAS_CORETYPE" not in env and {"avx2", "fma"} <= (_cpu_flags() if cpu_flags is None else cpu_flags):
+        pins.update(OPENBLAS_PIN)  # /proc/cpuinfo is read only when the pin could still be set
     done = {}
     for k, v in pins.items():
         if k not in env:

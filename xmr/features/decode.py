@@ -167,15 +167,26 @@ def device_fallback_reason(data: bytes) -> str | None:
     return None
 
 
-class EncodedImageDataset(Dataset):
-    """Items for the device decoder: ``("bytes", uint8 1-D tensor, None)`` for files it takes, else the PIL
-    path's ``("pixels", (image, geometry), reason)`` decoded and resized in the worker."""
+class ImageFolderDataset(Dataset):
+    """The ``pil`` decoder: images decoded and resized in worker processes, so that decoding overlaps the forward
+    pass. Items are ``(image (3, H, W) uint8, geometry)`` (:func:`resize_image`). Images stay uint8 until they are
+    on the compute device (``normalise`` in xmr/features/extract.py): a quarter of the bytes through worker IPC
+    and host-to-GPU copies.
+    """
 
     def __init__(self, paths: list[Path], size: int, resize: str = "squash", max_size: int | None = None) -> None:
         self.paths, self.size, self.resize, self.max_size = paths, size, resize, max_size
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def __getitem__(self, i: int):
+        return read_image(self.paths[i], self.size, self.resize, self.max_size)
+
+
+class EncodedImageDataset(ImageFolderDataset):
+    """The ``device`` decoder's items: ``("bytes", uint8 1-D tensor, None)`` for files it takes, else the PIL
+    path's ``("pixels", (image, geometry), reason)`` decoded and resized in the worker."""
 
     def __getitem__(self, i: int):
         path = self.paths[i]
@@ -186,7 +197,7 @@ class EncodedImageDataset(Dataset):
         reason = device_fallback_reason(data)
         if reason is None:
             return "bytes", torch.frombuffer(bytearray(data), dtype=torch.uint8), None
-        return "pixels", read_image(path, self.size, self.resize, self.max_size), reason
+        return "pixels", super().__getitem__(i), reason
 
 
 def collate_encoded(items):

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
 from xmr.features.backbones import Backbone, build_backbone
-from xmr.features.decode import (RESIZE_MODES, EncodedImageDataset, collate_encoded, decode_batch,
-                                 fallback_summary, read_image, resolve_decoder)
+from xmr.features.decode import (RESIZE_MODES, EncodedImageDataset, ImageFolderDataset, collate_encoded,
+                                 decode_batch, fallback_summary, resolve_decoder)
 from xmr.features.store import ShardWriter
 from xmr.io import check_writable_dir
 from xmr.utils import resolve_device, tune_cpu_allocator
@@ -50,23 +50,6 @@ def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, in
         raise XmrError(f"backbone {backbone_cfg.get('key', backbone_cfg['name'])}: resize {resize!r}; choose one "
                        f"of {', '.join(RESIZE_MODES)}")
     return size, resize, max_size
-
-
-class ImageFolderDataset(Dataset):
-    """Decodes and resizes images in worker processes so that decoding overlaps the forward pass.
-
-    Items are ``(image (3, H, W) uint8, geometry)`` (:func:`xmr.features.decode.resize_image`). Images stay uint8 until they are
-    on the compute device (:func:`normalise`): a quarter of the bytes through worker IPC and host-to-GPU copies.
-    """
-
-    def __init__(self, paths: list[Path], size: int, resize: str = "squash", max_size: int | None = None) -> None:
-        self.paths, self.size, self.resize, self.max_size = paths, size, resize, max_size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int):
-        return read_image(self.paths[i], self.size, self.resize, self.max_size)
 
 
 def normalise(x: torch.Tensor, mean, std, image_sizes: list[tuple[int, int]] | None = None) -> torch.Tensor:

@@ -113,8 +113,8 @@ def host_sync_every(device: torch.device) -> int:
 
 
 def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False) -> torch.optim.Optimizer:
-    """``fused``: one kernel for the whole update (what the trainer asks for on CUDA; the CPU keeps the default
-    implementation, so CPU results do not move)."""
+    """``fused``: the update in fused kernels instead of the default foreach ones (what the trainer asks for on
+    CUDA; the CPU keeps the default implementation, so CPU results do not move)."""
     groups = model.param_groups(optim_cfg["lr"], optim_cfg["text_backbone_lr_scale"])
     if getattr(model, "image_backbone", None) is not None:
         groups = model.with_image_backbone_group(groups, optim_cfg["lr"] * optim_cfg["image_backbone_lr_scale"])
