@@ -18,6 +18,9 @@ Variants (all on the same seeded random batches, cycled; warm-up steps excluded)
   BiGRU over one rank-encoding sequence per sample (``pack_padded_sequence``) and ``torch.sort`` over the regions,
   BiGRU text over length-sorted captions (``pack_padded_sequence``), ``ContrastiveLoss`` with ``max_violation``,
   ``clip_grad_norm_`` 2, AdamW. Its inputs are augmented beforehand (untimed), like its DataLoader does.
+- ``xmr_nanfill`` (only when asked for with ``--variants``): ``xmr`` with deterministic mode's NaN fill of every
+  new tensor switched back on (``train.fill_uninitialized_memory: true``), which every variant otherwise runs
+  without, as the trainer does: what the fill costs a step.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py --threads 1      # CPU, 1 thread
     .venv/bin/python benchmarks/bench_train.py                                    # CPU, torch's default threads
@@ -49,12 +52,15 @@ sys.path.insert(0, str(ROOT))
 
 from xmr.config import load_run_config  # noqa: E402
 from xmr.errors import XmrError  # noqa: E402
+from xmr.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
 from xmr.train.data import PairCollate  # noqa: E402
 from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer, host_sync_every  # noqa: E402
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
-VARIANTS = ("xmr", "xmr_noaug", "reference")
+VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")
+DEFAULT_VARIANTS = VARIANTS[:3]
+EMPTY_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"}
 
 
 # -- data ----------------------------------------------------------------------------------------------------------
@@ -244,8 +250,10 @@ def ref_contrastive_max_violation(im: torch.Tensor, s: torch.Tensor, margin: flo
 class Bench:
     """One variant: its model, optimizer, batches and ``step(batch) -> loss``."""
 
-    def __init__(self, name: str, modules: list[nn.Module], batches: list, step: Callable[[object], float]) -> None:
+    def __init__(self, name: str, modules: list[nn.Module], batches: list, step: Callable[[object], float],
+                 nan_fill: bool = False) -> None:
         self.name, self.modules, self.batches, self.step = name, modules, batches, step
+        self.nan_fill = nan_fill  # torch.utils.deterministic.fill_uninitialized_memory while this variant runs
 
 
 def amp_settings(cfg: dict, device: torch.device, amp: str) -> tuple[bool, torch.dtype]:
@@ -280,7 +288,8 @@ def build_xmr(name: str, args, cfg: dict, vocab_words: list[str], samples_list, 
     def step(batch: dict) -> torch.Tensor:  # the loss stays on the device; run_steps reads them after its sync
         return stepper(batch, epoch, 0, steps_per_epoch)["loss"].detach()
 
-    return Bench(name, [model], xmr_batches(samples_list, model.text.collate, device.type == "cuda"), step)
+    return Bench(name, [model], xmr_batches(samples_list, model.text.collate, device.type == "cuda"), step,
+                 nan_fill=name == "xmr_nanfill")
 
 
 def build_reference(args, cfg: dict, vocab_words: list[str], samples_list, device: torch.device) -> Bench:
@@ -319,7 +328,7 @@ def build(name: str, args, device: torch.device) -> Bench:
     """Build one variant on fresh seeded data (identical across variants and processes)."""
     vocab_words = make_vocab(args.vocab)
     raw = make_raw_batches(args, vocab_words)
-    if name == "xmr":
+    if name in ("xmr", "xmr_nanfill"):
         return build_xmr(name, args, load_cfg(args, augment=True), vocab_words, raw, device)
     rng = np.random.default_rng(args.seed + 1)
     augmented = [augment_like_reference_loader(s, vocab_words, rng) for s in raw]
@@ -338,6 +347,7 @@ def sync(device: torch.device) -> None:
 
 def run_steps(bench: Bench, n: int, device: torch.device) -> tuple[float, float, list[float]]:
     """Wall and process CPU seconds of ``n`` steps over the variant's batches (from the first), and the losses."""
+    torch.utils.deterministic.fill_uninitialized_memory = bench.nan_fill
     sync(device)
     t0, c0 = time.perf_counter(), time.process_time()
     losses = [bench.step(bench.batches[i % len(bench.batches)]) for i in range(n)]
@@ -352,8 +362,9 @@ def setup_process(args, device: torch.device) -> None:
         torch.set_num_threads(args.threads)
     if device.type == "cpu":
         tune_cpu_allocator()
-    if load_cfg(args, augment=True)["train"]["deterministic"]:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    tcfg = load_cfg(args, augment=True)["train"]
+    if tcfg["deterministic"]:
+        use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=tcfg["fill_uninitialized_memory"])
 
 
 def peak_rss_bytes() -> int:
@@ -404,7 +415,11 @@ def profile(bench: Bench, steps: int, device: torch.device, rows: int) -> str:
     with torch_profile(activities=acts) as prof:
         run_steps(bench, steps, device)
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    return prof.key_averages().table(sort_by=key, row_limit=rows)
+    # deterministic mode's NaN fills: aten::fill_ called by an allocation (one extra kernel each on a GPU)
+    nan_fills = sum(e.name == "aten::fill_" and e.cpu_parent is not None and e.cpu_parent.name in EMPTY_OPS
+                    for e in prof.events())
+    return (prof.key_averages().table(sort_by=key, row_limit=rows)
+            + f"\nNaN fills of new tensors (deterministic mode): {nan_fills / steps:.0f} per step")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps per variant before each timing")
     ap.add_argument("--iters", type=int, default=10, help="timed steps per repeat")
     ap.add_argument("--repeats", type=int, default=3, help="timings per variant (interleaved); the median is kept")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-memory", action="store_true", help="skip the per-variant peak-memory subprocesses")
     ap.add_argument("--profile", type=int, default=0, metavar="STEPS",

@@ -42,3 +42,42 @@ def test_deterministic_switch_sets_torch_flags_without_importing_inductor():
             "torch.is_deterministic_algorithms_warn_only_enabled(), 'torch._inductor' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True", "False"]
+
+
+def test_deterministic_switch_leaves_nan_fill_off_unless_asked():
+    code = ("import torch; from xmr.reproducibility import use_deterministic_algorithms as u; u(); "
+            "a = torch.utils.deterministic.fill_uninitialized_memory; "
+            "u(fill_uninitialized_memory=True); "
+            "print(a, torch.utils.deterministic.fill_uninitialized_memory, bool(torch.empty(64).isnan().all()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "True"]  # with the guard on, torch.empty is all NaN
+
+
+def test_nan_fill_changes_no_gradient_of_the_packed_bigru():
+    """The fills are skipped because no kernel reads memory it did not write: the packed BiGRU (whose backward
+    allocates per time step, where the fills cost most) gives bit-identical outputs and gradients either way."""
+    import torch
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from xmr.reproducibility import use_deterministic_algorithms
+
+    def run() -> list:
+        torch.manual_seed(0)
+        gru = torch.nn.GRU(8, 6, batch_first=True, bidirectional=True)
+        x = torch.randn(5, 7, 8, requires_grad=True)
+        packed = pack_padded_sequence(x, torch.tensor([7, 3, 5, 1, 6]), batch_first=True, enforce_sorted=False)
+        h, _ = pad_packed_sequence(gru(packed)[0], batch_first=True)
+        h.pow(2).sum().backward()
+        return [h.detach(), x.grad] + [p.grad for p in gru.parameters()]
+
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           torch.utils.deterministic.fill_uninitialized_memory)
+    try:
+        use_deterministic_algorithms(fill_uninitialized_memory=True)
+        filled = run()
+        use_deterministic_algorithms(fill_uninitialized_memory=False)
+        plain = run()
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        torch.utils.deterministic.fill_uninitialized_memory = was[2]
+    assert all(torch.equal(a, b) for a, b in zip(filled, plain))

@@ -42,10 +42,17 @@ def portable_cpu_numerics(environ: dict | None = None, cpu_flags: set[str] | Non
     return done
 
 
-def use_deterministic_algorithms(warn_only: bool = True) -> None:
+def use_deterministic_algorithms(warn_only: bool = True, fill_uninitialized_memory: bool = False) -> None:
     """``torch.use_deterministic_algorithms(True)`` without the 1-2 s per process of the ``torch._inductor``
     (and sympy) import that the public call makes only to set inductor's flag: xmr never compiles, so that flag
-    is moot. When inductor is already loaded (a user's ``torch.compile``), the public call sets both."""
+    is moot. When inductor is already loaded (a user's ``torch.compile``), the public call sets both.
+
+    Deterministic mode also makes torch fill every ``torch.empty`` with NaN (``torch.utils.deterministic.
+    fill_uninitialized_memory``), a guard against kernels that read memory they never wrote. No xmr kernel does
+    (every synth recipe trains to the same history either way: benchmarks/bench_nan_fill.py), and a VSE∞ step at
+    COCO shape makes about 1,100 such fills (bench_train.py --profile): memsets that cost no measurable time on a
+    CPU but are an extra kernel launch each on a GPU. So they are off unless ``fill_uninitialized_memory``
+    (``train.fill_uninitialized_memory``) asks for them."""
     import sys
 
     import torch
@@ -55,3 +62,4 @@ def use_deterministic_algorithms(warn_only: bool = True) -> None:
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
     else:
         setter(True, warn_only=warn_only)
+    torch.utils.deterministic.fill_uninitialized_memory = fill_uninitialized_memory

@@ -101,7 +101,7 @@ def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dic
 def config_digest(cfg: dict) -> str:
     """Hash of everything that defines the run except bookkeeping (so a changed recipe never resumes)."""
     keep = {k: v for k, v in cfg.items() if k not in ("tracking", "description")}
-    bookkeeping = ("workers", "log_every", "log_every_steps", "threads")
+    bookkeeping = ("workers", "log_every", "log_every_steps", "threads", "fill_uninitialized_memory")
     keep["train"] = {k: v for k, v in cfg["train"].items() if k not in bookkeeping}
     return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -235,7 +235,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     e2e = is_end_to_end(cfg)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
-        use_deterministic_algorithms(warn_only=True)
+        use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=tcfg["fill_uninitialized_memory"])
 
     train_data, train_feats = load_split_images(cfg, "train", train=True)
     check_batching(cfg, train_data)
@@ -343,7 +343,8 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
                     print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
             train_model.train()
             t0, seen, nb, checked = time.time(), 0, 0, 0
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # on the device: no sync per step
+            # on the device: no sync per step (float64 where the device has it: MPS does not)
+            loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
             nonfinite = torch.zeros((), dtype=torch.bool, device=device)
             bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
