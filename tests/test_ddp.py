@@ -71,6 +71,32 @@ def test_launch_commands():
         distributed.launch_command(args, 0, 1, "torchrun")
 
 
+def _from_main_worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+                      LOCAL_RANK=str(rank))
+    ctx = distributed.setup()
+    calls = []
+    got = ctx.from_main(lambda: calls.append(rank) or {"digest": f"rank{rank}", "rank": rank})
+    with open(f"{out}.rank{rank}", "w") as f:
+        f.write(f"{calls} {got['digest']}")
+    distributed.cleanup(ctx)
+
+
+def test_from_main_computes_on_rank_0_only_and_every_rank_gets_its_result(tmp_path):
+    """The trainer hashes the training store with ``from_main``: one read, not one per process."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "from_main")
+    mp.spawn(_from_main_worker, args=(2, port, out), nprocs=2, join=True)
+    assert [open(f"{out}.rank{r}").read() for r in range(2)] == ["[0] rank0", "[] rank0"]
+    assert distributed.DistContext().from_main(lambda: 7) == 7  # one process: just calls it
+
+
 def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_path):
     """``torchrun --standalone --nproc_per_node=2 -m xmr train``: gloo DDP on CPU, 2 epochs. Rank 0 alone writes
     the run directory and logs one MLflow run; each process sees half of the pairs per epoch."""

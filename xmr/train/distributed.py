@@ -19,13 +19,15 @@ import re
 import shutil
 import sys
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 import torch.distributed as torch_dist
 from torch.utils.data import Dataset, DistributedSampler
 
 from xmr.errors import XmrError
+
+T = TypeVar("T")
 
 # set by the launcher in the processes it starts, so they train instead of launching again
 CHILD_ENV = "XMR_DIST_CHILD"
@@ -58,6 +60,15 @@ class DistContext:
     def barrier(self) -> None:
         if self.enabled:
             torch_dist.barrier()
+
+    def from_main(self, compute: Callable[[], T]) -> T:
+        """``compute()`` run on rank 0 only, its (picklable) result sent to every process: e.g. hashing the
+        training store once instead of once per process (each would read the whole file)."""
+        if not self.enabled:
+            return compute()
+        box = [compute() if self.is_main else None]
+        torch_dist.broadcast_object_list(box, src=0)
+        return box[0]
 
 
 class _GatherWithGrad(torch.autograd.Function):

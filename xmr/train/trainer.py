@@ -260,7 +260,7 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
     best_model = None  # CPU copy of the best weights while the current epoch is not the best
     last = out / "last.pt"
     digest = config_digest(cfg)
-    inputs_sha, input_parts = inputs_digest(cfg, e2e, model)
+    inputs_sha, input_parts = ctx.from_main(lambda: inputs_digest(cfg, e2e, model))  # one read of the store
     written = _resume_checkpoint(last, "cpu") if resume and last.exists() else None
     if written is not None:
         why = ("a different config" if written.get("config_sha256") != digest
