@@ -1,6 +1,6 @@
 """CPU vs GPU agreement of the evaluation engine (not a test: CI has no GPU; results go to docs/benchmarks.md).
 
-Runs every similarity measure and every re-ranker under the plain, coco1k, coco5k and cub protocols once on the
+Runs GPO pooling (whose device path differs from the CPU's), every similarity measure and every re-ranker under the plain, coco1k, coco5k and cub protocols once on the
 CPU and once on ``--device``, on the same seeded matrices, and prints the largest difference of each result.
 Metrics may differ by one query's rank where float sums round differently (R@K steps are 0.1 at 1000 queries,
 0.02 at 5000), hence the tolerance; an error on the device (e.g. a tensor left on the CPU) is a failure.
@@ -61,6 +61,21 @@ def main() -> int:
     for m in ("cosine", "max", "mean", "chamfer", "smooth_chamfer"):
         x = img[:, 0] if m == "cosine" else img
         check(f"similarity {m}", lambda dev, x=x, m=m: compute_similarity(x, cap, m, device=dev).cpu().numpy(), 1e-4)
+
+    # GPO: the device path (no host read of the lengths) against the CPU's per-distinct-size path, with gradients
+    from xmr.models.gpo import GPO
+
+    torch.manual_seed(args.seed)
+    gpo = GPO()
+    feats, lengths = torch.randn(128, 36, 64), torch.randint(1, 37, (128,))
+
+    def gpo_run(dev: str) -> np.ndarray:
+        x = feats.to(dev).clone().requires_grad_()  # a fresh leaf: .to("cpu") would return feats itself
+        out = gpo.to(dev)(x, lengths.to(dev))
+        out.pow(2).sum().backward()
+        return np.concatenate([out.detach().cpu().numpy().ravel(), x.grad.cpu().numpy().ravel()])
+
+    check("gpo pooling + gradient", gpo_run, 1e-4)
 
     small = np.tanh(g.standard_normal((1000, 5000), dtype=np.float32) * 0.3)
     small[np.arange(1000), np.arange(1000) * 5] += 0.5  # some signal, so the metrics are not all near zero

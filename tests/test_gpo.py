@@ -30,7 +30,7 @@ def test_sort_per_dimension_sorts_each_dimension_and_zeroes_padding():
 def test_gpo_weighted_sum_of_sorted_features(monkeypatch):
     gpo = GPO(pe_dim=4, hidden_dim=3)
     theta = torch.tensor([[[0.5], [0.3], [0.2]]])
-    monkeypatch.setattr(gpo, "pool_weights", lambda lengths: theta)
+    monkeypatch.setattr(gpo, "pool_weights", lambda lengths, max_len=None: theta)
     x = torch.tensor([[[1.0, 5.0], [3.0, 2.0], [2.0, 4.0]]])
     # dim 0 sorted 3,2,1 -> 1.5+0.6+0.2; dim 1 sorted 5,4,2 -> 2.5+1.2+0.4
     assert gpo(x, torch.tensor([3]))[0].tolist() == pytest.approx([2.3, 4.1])
@@ -48,6 +48,28 @@ def test_gpo_weights_equal_a_per_sample_reference():
         ref = torch.softmax(gpo.score(h)[0, :, 0] / 0.1, dim=0)
         assert w[i, :n].tolist() == pytest.approx(ref.tolist(), abs=1e-6)
         assert w[i, n:].abs().sum() == 0
+
+
+@pytest.mark.parametrize("mlp_layers", [1, 2])
+def test_gpo_device_path_equals_the_host_path(mlp_layers):
+    """The accelerator path (no host read of the lengths: every size up to the padded width, sorted over the
+    whole width) gives the weights and pooled vectors of the per-distinct-size path; forced here on the CPU."""
+    torch.manual_seed(0)
+    gpo = GPO(pe_dim=8, hidden_dim=5, mlp_layers=mlp_layers)
+    x, lengths = torch.randn(6, 7, 3), torch.tensor([4, 2, 4, 1, 5, 2])  # width 7 > every length
+    host = gpo.pool_weights(lengths)  # (6, 5, 1): trimmed to the longest set
+    device = gpo.pool_weights(lengths, max_len=7)
+    assert device.shape == (6, 7, 1) and device[:, 5:].abs().sum() == 0
+    assert torch.allclose(device[:, :5], host, atol=1e-6)
+    gpo.host_free = False
+    pooled_host = gpo(x, lengths)
+    gpo.host_free = True
+    x_grad = x.clone().requires_grad_()
+    pooled_device = gpo(x_grad, lengths)
+    assert torch.allclose(pooled_device, pooled_host, atol=1e-6)
+    pooled_device.sum().backward()  # the padding gets no gradient
+    for i, n in enumerate(lengths.tolist()):
+        assert x_grad.grad[i, n:].abs().sum() == 0
 
 
 def test_gpo_with_flat_scores_is_mean_pooling_and_permutation_invariant():

@@ -63,6 +63,8 @@ class GPO(nn.Module):
     def __init__(self, pe_dim: int = 32, hidden_dim: int = 32, mlp_layers: int = 1, temperature: float = 0.1) -> None:
         super().__init__()
         self.pe_dim, self.hidden_dim, self.temperature = pe_dim, hidden_dim, temperature
+        self.host_free: bool | None = None  # None: by device (see forward); tests force either path
+        self._encodings: dict[tuple, torch.Tensor] = {}
         self.gru = nn.GRU(pe_dim, hidden_dim, num_layers=1, batch_first=True, bidirectional=True)
         if mlp_layers == 1:
             self.score = nn.Linear(hidden_dim, 1, bias=False)
@@ -71,22 +73,49 @@ class GPO(nn.Module):
         else:
             raise XmrError(f"gpo.mlp_layers: expected 1 or 2, got {mlp_layers}")
 
-    def pool_weights(self, lengths: torch.Tensor) -> torch.Tensor:
-        """(B, T, 1) softmax weights over the sorted positions (zero on padding); depend only on the lengths."""
-        # the weights are a function of the set size alone: run the GRU once per distinct size in the batch
-        sizes, inverse = torch.unique(lengths.long().cpu(), return_inverse=True)
+    def pool_weights(self, lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+        """(B, T, 1) softmax weights over the sorted positions (zero on padding); depend only on the lengths.
+
+        Without ``max_len`` the GRU runs once per distinct set size in the batch, which reads the lengths on the
+        host. With ``max_len`` (the padded width, known on the host) it runs over every size 1..max_len and the
+        rows are picked on the device by ``lengths``: nothing waits for the device (the accelerator path).
+        """
+        if max_len is None:
+            sizes, inverse = torch.unique(lengths.long().cpu(), return_inverse=True)
+            return self._weights_by_size(sizes)[inverse.to(self.gru.weight_ih_l0.device)]
+        # sizes max_len..1, longest first: packing needs no sort, so no index tensor is copied to the device
+        weights = self._weights_by_size(torch.arange(max_len, 0, -1), sorted_sizes=True)
+        return weights[(max_len - lengths.long()).clamp(0, max_len - 1)]
+
+    def _weights_by_size(self, sizes: torch.Tensor, sorted_sizes: bool = False) -> torch.Tensor:
+        """(S, T, 1) weights for each set size in ``sizes`` (CPU, int64), T = the largest."""
+        param = self.gru.weight_ih_l0
         t = int(sizes.max())
-        pe = sinusoidal_encoding(t, self.pe_dim).to(self.gru.weight_ih_l0.device, self.gru.weight_ih_l0.dtype)
-        pe = pe.unsqueeze(0).expand(len(sizes), t, self.pe_dim)
-        packed = pack_padded_sequence(pe, sizes, batch_first=True, enforce_sorted=False)
+        pe = self._encoding(t, param.device, param.dtype).unsqueeze(0).expand(len(sizes), t, self.pe_dim)
+        packed = pack_padded_sequence(pe, sizes, batch_first=True, enforce_sorted=sorted_sizes)
         h, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=t)
         h = (h[..., : self.hidden_dim] + h[..., self.hidden_dim:]) / 2
         scores = self.score(h)  # (S, T, 1)
-        valid = length_mask(sizes.to(scores.device), t).unsqueeze(-1)
-        scores = scores.masked_fill(~valid, float("-inf"))
-        weights = torch.softmax(scores / self.temperature, dim=1)
-        return weights[inverse.to(weights.device)]
+        if sorted_sizes:  # built on the device: a host tensor copied there would wait for the device's queue
+            valid = torch.arange(t, device=param.device)[None, :] < torch.arange(t, 0, -1, device=param.device)[:, None]
+        else:
+            valid = length_mask(sizes.to(scores.device), t)
+        scores = scores.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+        return torch.softmax(scores / self.temperature, dim=1)
+
+    def _encoding(self, t: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """The (t, pe_dim) rank encoding, kept per device: made on the host, copied to an accelerator once."""
+        if device.type == "cpu":
+            return sinusoidal_encoding(t, self.pe_dim).to(dtype)
+        key = (t, str(device), dtype)
+        if key not in self._encodings:
+            self._encodings[key] = sinusoidal_encoding(t, self.pe_dim).to(device, dtype)
+        return self._encodings[key]
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        sorted_x, _ = sort_per_dimension(x, lengths)
-        return (sorted_x * self.pool_weights(lengths).to(sorted_x.dtype)).sum(1)
+        # on an accelerator the lengths are not read on the host (each read stalls the device's queue of kernels):
+        # sort over the whole padded width and take the weights of every size; the CPU keeps the cheaper path
+        host_free = x.device.type != "cpu" if self.host_free is None else self.host_free
+        sorted_x, _ = sort_per_dimension(x, lengths, trim=not host_free)
+        weights = self.pool_weights(lengths, sorted_x.shape[1] if host_free else None)
+        return (sorted_x * weights.to(sorted_x.dtype)).sum(1)
