@@ -25,6 +25,7 @@ Variants (all on the same seeded random batches, cycled; warm-up steps excluded)
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_train.py --threads 1      # CPU, 1 thread
     .venv/bin/python benchmarks/bench_train.py                                    # CPU, torch's default threads
     .venv/bin/python benchmarks/bench_train.py --device cuda --iters 50 --json out.json
+    .venv/bin/python benchmarks/bench_train.py --device cuda --sync-debug --profile 5    # where the host waits
 """
 
 from __future__ import annotations
@@ -408,6 +409,24 @@ def measure_memory(name: str, args) -> dict:
     return out
 
 
+def host_syncs(bench: Bench, device: torch.device) -> list[str]:
+    """``count  file:line`` of every synchronising CUDA call in one step (torch's sync debug mode)."""
+    import collections
+    import warnings
+
+    sync(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            bench.step(bench.batches[0])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    sync(device)
+    where = collections.Counter(f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message))
+    return [f"{n:4d}  {loc}" for loc, n in where.most_common()] or ["none"]
+
+
 def profile(bench: Bench, steps: int, device: torch.device, rows: int) -> str:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
@@ -446,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the per-variant peak-memory subprocesses")
     ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
                     help="also run torch.profiler over STEPS steps of each variant and print the top ops")
+    ap.add_argument("--sync-debug", action="store_true",
+                    help="CUDA: list where one step of each variant makes the host wait for the device")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
     device = resolve_device(args.device)
@@ -489,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
                                  "cpu_ms_per_step": statistics.median(cpu_ms),
                                  "ms_per_step": 1000 * args.batch_size / statistics.median(sps),
                                  "last_loss": times[name][-1]["last_loss"]}
+    if args.sync_debug and device.type == "cuda":
+        for name, bench in benches.items():
+            print(f"\n## host syncs: {name} (one step)\n" + "\n".join(host_syncs(bench, device)), flush=True)
+    elif args.sync_debug:
+        print("--sync-debug: CUDA only (a CPU step never waits for a device); skipped", flush=True)
     if args.profile:
         for name, bench in benches.items():
             table = profile(bench, args.profile, device, 30)
