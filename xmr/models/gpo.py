@@ -96,11 +96,9 @@ class GPO(nn.Module):
         h, _ = pad_packed_sequence(self.gru(packed)[0], batch_first=True, total_length=t)
         h = (h[..., : self.hidden_dim] + h[..., self.hidden_dim:]) / 2
         scores = self.score(h)  # (S, T, 1)
-        if sorted_sizes:  # built on the device: a host tensor copied there would wait for the device's queue
-            valid = torch.arange(t, device=param.device)[None, :] < torch.arange(t, 0, -1, device=param.device)[:, None]
-        else:
-            valid = length_mask(sizes.to(scores.device), t)
-        scores = scores.masked_fill(~valid.unsqueeze(-1), float("-inf"))
+        # sorted sizes are t..1, made on the device: a host tensor copied there would wait for the device's queue
+        on_device = torch.arange(t, 0, -1, device=param.device) if sorted_sizes else sizes.to(param.device)
+        scores = scores.masked_fill(~length_mask(on_device, t).unsqueeze(-1), float("-inf"))
         return torch.softmax(scores / self.temperature, dim=1)
 
     def _encoding(self, t: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
