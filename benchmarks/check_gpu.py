@@ -1,7 +1,8 @@
 """CPU vs GPU agreement of the evaluation engine (not a test: CI has no GPU; results go to docs/benchmarks.md).
 
-Runs GPO pooling (whose device path differs from the CPU's), every similarity measure and every re-ranker under the plain, coco1k, coco5k and cub protocols once on the
-CPU and once on ``--device``, on the same seeded matrices, and prints the largest difference of each result.
+Runs GPO pooling (whose device path differs from the CPU's), every similarity measure, and every re-ranker under
+the plain, coco1k, coco5k and cub protocols once on the CPU and once on ``--device``, on the same seeded inputs,
+and prints the largest difference of each result.
 Metrics may differ by one query's rank where float sums round differently (R@K steps are 0.1 at 1000 queries,
 0.02 at 5000), hence the tolerance; an error on the device (e.g. a tensor left on the CPU) is a failure.
 
