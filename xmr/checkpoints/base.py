@@ -1,0 +1,149 @@
+"""Published checkpoints of the reference implementations, read safely and mapped onto xmr's models.
+
+A format (``xmr/checkpoints/<format>.py``) registers a :class:`CheckpointFormat` in :data:`CHECKPOINT_FORMATS`;
+``xmr import-checkpoint --format NAME`` reads the official file with it and writes an ordinary run directory.
+Official files are read without running pickle code: ``torch.load(weights_only=True)`` with the few globals a
+format names allow-listed, and plain pickles (vocabularies) through :func:`load_plain_pickle`, which maps only
+allow-listed classes onto inert stand-ins.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from xmr.errors import XmrError
+from xmr.registry import Registry
+
+
+@dataclass
+class ImportedModel:
+    """What a format reads from an official checkpoint, in xmr's terms.
+
+    ``method``: the xmr method (``METHODS`` name). ``config``: the run-config sections that the checkpoint fixes
+    (nested dict, merged over the method's defaults and the recipe, e.g. ``{"model": {"embed_dim": 1024}}``).
+    ``state_dict``: exactly the keys of xmr's model (loaded with ``strict=True``). ``image_dim``/``vocab_words``:
+    as a trained run's ``best.pt`` holds them. ``provenance``: plain data recorded beside the run (epoch, the
+    reference's options, criterion constants ...)."""
+
+    method: str
+    config: dict
+    state_dict: dict[str, torch.Tensor]
+    image_dim: int | None
+    vocab_words: list[str] | None
+    provenance: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """One official checkpoint layout. ``read(src, vocab, options) -> ImportedModel``; ``options`` are the
+    format's documented flags (e.g. PVSE's ``num_embeds``), given on the command line or in a recipe."""
+
+    name: str
+    read: Callable[[Path, Path | None, dict], ImportedModel]
+    description: str = ""
+    # where the paper's authors publish the weights (for `xmr doctor` and the error of a missing file)
+    published_at: str = ""
+    needs_vocab: bool = False
+
+
+CHECKPOINT_FORMATS: Registry[CheckpointFormat] = Registry("checkpoint format")
+
+
+class _Inert:
+    """Stand-in for an allow-listed class of a plain pickle: keeps the pickled state as attributes, runs nothing."""
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.__dict__["_state"] = state
+
+
+def load_official(path: str | Path, allowed_globals: Iterable[Any] = ()) -> Any:
+    """``torch.load`` of an official checkpoint with ``weights_only=True``: only tensors, plain containers and the
+    ``allowed_globals`` (e.g. ``argparse.Namespace``) are rebuilt. Python-2 pickles (pre-zip torch format) are
+    read with ``encoding="latin1"``. Any failure is one :class:`XmrError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise XmrError(f"{path}: checkpoint not found; download it from the authors' release (docs/checkpoints.md)")
+    last: Exception | None = None
+    for kwargs in ({}, {"encoding": "latin1"}):
+        try:
+            with torch.serialization.safe_globals(list(allowed_globals)):
+                return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+        except Exception as e:  # noqa: BLE001 - retried with latin1, then reported in one line
+            last = e
+    msg = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
+    raise XmrError(f"{path}: not a readable checkpoint ({type(last).__name__}: {msg[:200]}); check the file is "
+                   f"complete and is the official release for this --format")
+
+
+def load_plain_pickle(path: str | Path, allowed_classes: Mapping[tuple[str, str], type] | Iterable[tuple[str, str]]
+                      ) -> Any:
+    """A plain (non-torch) pickle such as a reference vocabulary, Python 2 or 3, without running its code: the
+    classes named in ``allowed_classes`` ((module, name) pairs, optionally mapped to a stand-in type) are rebuilt
+    as inert objects holding their pickled state; any other global is refused with a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise XmrError(f"{path}: file not found")
+    mapping = dict(allowed_classes) if isinstance(allowed_classes, Mapping) else {k: _Inert for k in allowed_classes}
+    safe_builtins = {("builtins", n): getattr(__builtins__, n, None) if not isinstance(__builtins__, dict)
+                     else __builtins__.get(n) for n in ("dict", "list", "set", "tuple", "object")}
+    safe_builtins.update({("__builtin__", n[1]): v for n, v in safe_builtins.items()})
+    safe_builtins.update({("copy_reg", "_reconstructor"): _reconstruct, ("copyreg", "_reconstructor"): _reconstruct})
+
+    class _Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) in mapping:
+                return mapping[(module, name)]
+            if (module, name) in safe_builtins and safe_builtins[(module, name)] is not None:
+                return safe_builtins[(module, name)]
+            raise XmrError(f"{path}: refuses to load {module}.{name} (not an allow-listed class of this format); "
+                           f"is this the right file?")
+
+    data = path.read_bytes()
+    for encoding in ("ASCII", "latin1"):
+        try:
+            return _Restricted(io.BytesIO(data), encoding=encoding).load()
+        except XmrError:
+            raise
+        except UnicodeDecodeError:
+            continue
+        except Exception as e:  # noqa: BLE001 - a truncated or foreign file: one line
+            raise XmrError(f"{path}: not a readable pickle ({type(e).__name__}: {e}); check the file") from None
+    raise XmrError(f"{path}: cannot decode this pickle's strings")
+
+
+def _reconstruct(cls: type, base: type, state: Any) -> Any:
+    # copy_reg._reconstructor(cls, object, None) as Python 2 pickles old-style objects; cls is already allow-listed
+    return object.__new__(cls) if base is object else base.__new__(cls, state)
+
+
+def strip_prefix(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """Drop ``prefix`` from every key when every key has it (DataParallel's ``module.``); else unchanged."""
+    if state and all(k.startswith(prefix) for k in state):
+        return {k[len(prefix):]: v for k, v in state.items()}
+    return dict(state)
+
+
+def check_state_keys(expected: Iterable[str], got: Iterable[str], src: str | Path, hint: str = "") -> None:
+    """Missing or unexpected keys are an error listing them (never ``strict=False``)."""
+    expected, got = set(expected), set(got)
+    missing, unexpected = sorted(expected - got), sorted(got - expected)
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing keys {_short(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys {_short(unexpected)}")
+        raise XmrError(f"{src}: {'; '.join(parts)}{'; ' + hint if hint else ''}")
+
+
+def _short(keys: list[str], n: int = 6) -> str:
+    return ", ".join(keys[:n]) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
