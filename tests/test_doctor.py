@@ -118,7 +118,7 @@ def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
 def test_val_test_extraction_asks_for_less_than_train():
     import yaml
 
-    from xmr.layout import job_resource
+    from xmr.jobs import job_resource
 
     res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
     d = res["default"]

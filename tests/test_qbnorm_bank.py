@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from xmr.errors import XmrError
-from xmr.layout import rerank_inputs, rerank_options
+from xmr.workflow_inputs import rerank_inputs, rerank_options
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from xmr.errors import XmrError
 from xmr.losses.bi_rank import bi_rank_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.rrf import RecurrentResidualFusion, RRFBranch, RRFNet
-from xmr.layout import recipe_text_feature_files
+from xmr.workflow_inputs import recipe_text_feature_files
 from xmr.models.text_precomputed import PrecomputedTextEncoder
 from xmr.text.hglmm import HGLMMModel
 from xmr.train.trainer import score_split, train

@@ -209,7 +209,7 @@ def test_killed_e2e_run_resumes_to_the_same_result(tiny_synth, tmp_path):
 
 
 def test_workflow_inputs_of_e2e_recipes_are_the_annotations():
-    from xmr.layout import recipe_image_inputs
+    from xmr.workflow_inputs import recipe_image_inputs
 
     cfg_dir = REPO / "config"
     assert recipe_image_inputs("synth", "vse_inf_e2e", "train", cfg_dir) == ["data/synth/dataset_synth.json"]

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from xmr.errors import XmrError
-from xmr.layout import dvc_snakemake_targets, planned_runs, training_count_message
+from xmr.commands.dvc_targets import dvc_snakemake_targets
+from xmr.workflow_inputs import planned_runs, training_count_message
 
 
 class FakeExperiment:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from xmr.errors import XmrError
+from xmr.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 
 PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
@@ -52,15 +53,17 @@ class Benchmark:
         self.check_variant(variant)
         return self.config_dir / "recipes" / self.dataset / f"{self.variants[variant]['recipe']}.yaml"
 
-    def run_dir(self, variant: str, seed: int, runs_root: str | os.PathLike = "runs") -> Path:
+    def run_key(self, variant: str, seed: int) -> RunKey:
         self.check_variant(variant)
-        return Path(runs_root) / self.dataset / "bench" / self.name / variant / f"s{seed}"
+        return RunKey.benchmark(self.dataset, self.name, variant, seed)
 
-    def result_path(self, variant: str, seed: int, results_root: str | os.PathLike = "results") -> Path:
-        self.check_variant(variant)
-        return Path(results_root) / self.dataset / "bench" / self.name / variant / f"s{seed}.json"
+    def run_dir(self, variant: str, seed: int, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+        return self.run_key(variant, seed).run_dir(runs_root)
 
-    def results(self, results_root: str | os.PathLike = "results") -> list[Path]:
+    def result_path(self, variant: str, seed: int, results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
+        return self.run_key(variant, seed).result_path(results_root=results_root)
+
+    def results(self, results_root: str | os.PathLike = RESULTS_ROOT) -> list[Path]:
         return [self.result_path(v, s, results_root) for v in self.variants for s in self.seeds]
 
     def overrides_of(self, variant: str) -> dict[str, Any]:
@@ -150,7 +153,7 @@ def flat_metrics(result: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def gather(bench: Benchmark, results_root: str | os.PathLike = "results", strict: bool = True) -> list[dict]:
+def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, strict: bool = True) -> list[dict]:
     """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files."""
     from xmr.io import read_json
 
@@ -265,8 +268,8 @@ def summary_rows(bench: Benchmark, records: list[dict]) -> list[dict]:
     return rows
 
 
-def timing(bench: Benchmark, runs_root: str | os.PathLike = "runs",
-           results_root: str | os.PathLike = "results") -> dict[str, float]:
+def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
+           results_root: str | os.PathLike = RESULTS_ROOT) -> dict[str, float]:
     """Training minutes summed over runs (their train.json) and the wall span from the first run's start (its
     config.yaml) to the last results file."""
     from xmr.io import read_json
@@ -395,13 +398,14 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
     plt.close(fig)
 
 
-def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, results_root: str | os.PathLike = "results",
-                    runs_root: str | os.PathLike = "runs", strict: bool = True) -> dict[str, Path]:
+def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
+                    results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
+                    strict: bool = True) -> dict[str, Path]:
     """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths.
     ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
-    out = Path(out_dir or Path(results_root) / bench.dataset)
+    out = Path(out_dir or results_dir(bench.dataset, results_root))
     out.mkdir(parents=True, exist_ok=True)
     records = gather(bench, results_root, strict)
     rows = summary_rows(bench, records)

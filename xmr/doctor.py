@@ -157,7 +157,7 @@ def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
 
 def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path) -> None:
     from xmr.features.importers import scan_source_split
-    from xmr.layout import image_inputs
+    from xmr.workflow_inputs import image_inputs
 
     if info["source"] == "images":  # end to end: images + the backbone's weights
         _check_dataset(rep, ds, need_images=True)
@@ -235,7 +235,8 @@ def _check_tracking(rep: Report, cfg: dict | None) -> None:
 def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "config") -> Report:
     """What ``results/{dataset}/{target}.json`` (or, without a target, the dataset) needs and what is missing."""
     from xmr.config import load_dataset_config, load_run_config
-    from xmr.layout import parse_target, recipe_features, recipe_path
+    from xmr.layout import parse_target, recipe_path
+    from xmr.workflow_inputs import recipe_features
 
     ds = load_dataset_config(dataset, config_dir)
     rep = Report(dataset, target)

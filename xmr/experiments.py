@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from xmr.errors import XmrError
-
-PLAIN = "none"  # the `rerank` entry meaning "no re-ranking"
+from xmr.layout import PLAIN, RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 
 
 def rerankers() -> list[str]:
@@ -100,23 +99,21 @@ class Experiment:
         """The run config's ``name`` (MLflow run name, ``recipe`` field of results files)."""
         return f"{self.name}.{variant}" if self.recipe else variant
 
-    def run_dir(self, dataset: str, variant: str, runs_root: str | os.PathLike = "runs") -> Path:
+    def run_key(self, dataset: str, variant: str) -> RunKey:
+        """A variant of a recipe is an experiment run; a comparison's variant is the recipe's own run."""
         self.check_variant(variant)
-        if self.recipe:
-            return Path(runs_root) / dataset / "exp" / self.name / variant
-        return Path(runs_root) / dataset / variant
+        return RunKey.experiment(dataset, self.name, variant) if self.recipe else RunKey.recipe(dataset, variant)
 
-    def results_dir(self, dataset: str, results_root: str | os.PathLike = "results") -> Path:
+    def run_dir(self, dataset: str, variant: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+        return self.run_key(dataset, variant).run_dir(runs_root)
+
+    def results_dir(self, dataset: str, results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
         """Where the table and figure go (and, for the variants kind, the results files)."""
-        return Path(results_root) / dataset / "exp" / self.name
+        return results_dir(dataset, results_root, experiment=self.name)
 
     def result_path(self, dataset: str, variant: str, rerank: str = PLAIN,
-                    results_root: str | os.PathLike = "results") -> Path:
-        self.check_variant(variant)
-        stem = variant if rerank == PLAIN else f"{variant}_{rerank}"
-        if self.recipe:
-            return self.results_dir(dataset, results_root) / f"{stem}.json"
-        return Path(results_root) / dataset / f"{stem}.json"
+                    results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
+        return self.run_key(dataset, variant).result_path(rerank, results_root)
 
     def variants_for(self, dataset: str, config_dir: str | os.PathLike | None = None) -> list[str]:
         """Variants that exist on ``dataset``: all of them for a sweep; for a comparison of recipes, the recipes
@@ -126,7 +123,7 @@ class Experiment:
         cdir = Path(config_dir or self.config_dir)
         return [v for v in self.variants if (cdir / "recipes" / dataset / f"{v}.yaml").exists()]
 
-    def targets(self, dataset: str, results_root: str | os.PathLike = "results",
+    def targets(self, dataset: str, results_root: str | os.PathLike = RESULTS_ROOT,
                 config_dir: str | os.PathLike | None = None) -> list[tuple[str, str, Path]]:
         """Every (variant, rerank, results path) of the experiment on ``dataset``, variants in file order."""
         return [(v, r, self.result_path(dataset, v, r, results_root)) for v in self.variants_for(dataset, config_dir)

@@ -1,11 +1,20 @@
-"""The one owner of the project's paths and target grammar (the Snakemake rules call it; nothing else builds
-these paths):
+"""The run-key module: the one owner of run and result paths and of the target grammar (the Snakemake rules,
+experiments, the benchmark, the report and ``xmr doctor`` ask it; nothing else builds these paths):
 
+- a run is named by a :class:`RunKey` (dataset, kind, name, variant, seed):
+
+  ====================  ==========================================  ================================================
+  kind                  run directory                               results file(s)
+  ====================  ==========================================  ================================================
+  ``recipe``            ``runs/{dataset}/{recipe}/``                ``results/{dataset}/{recipe}[_{reranker}].json``
+  ``experiment``        ``runs/{dataset}/exp/{experiment}/{var}/``  ``results/{dataset}/exp/{experiment}/{var}[_{rr}].json``
+  ``benchmark``         ``runs/{dataset}/bench/{bench}/{var}/s{N}/``  ``results/{dataset}/bench/{bench}/{var}/s{N}.json``
+  ====================  ==========================================  ================================================
+
+  (an imported checkpoint is a recipe whose config names ``checkpoint:``); :meth:`RunKey.parse_run` and
+  :func:`parse_result` read the paths back, :meth:`RunKey.load_config` resolves the run's config;
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
-- features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
-- runs ``runs/{dataset}/{recipe}/`` (``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ...);
-- results ``results/{dataset}/{recipe}[_{reranker}].json`` (the target grammar: :func:`parse_target`,
-  :func:`target_name`).
+- features ``{features.dir}/{dataset}/{backbone}/{split}.h5``.
 
 Name lists (methods, re-rankers) are read from the registries, never repeated here.
 """
@@ -13,13 +22,14 @@ Name lists (methods, re-rankers) are read from the registries, never repeated he
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from xmr.errors import XmrError
 
 RUNS_ROOT = "runs"
 RESULTS_ROOT = "results"
+PLAIN = "none"  # the re-ranker entry meaning "no re-ranking"
 
 
 def reranker_names() -> list[str]:
@@ -50,7 +60,15 @@ def feature_path(cfg: dict, split: str) -> Path:
 
 
 def run_dir(dataset: str, recipe: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
-    return Path(runs_root) / dataset / recipe
+    """``runs/{dataset}/{recipe}`` (a recipe's run; :class:`RunKey` for the others)."""
+    return RunKey.recipe(dataset, recipe).run_dir(runs_root)
+
+
+def results_dir(dataset: str, results_root: str | os.PathLike = RESULTS_ROOT, experiment: str | None = None) -> Path:
+    """``results/{dataset}/`` (tables of a dataset: summary, benchmark), or an experiment's
+    ``results/{dataset}/exp/{experiment}/`` (its table, figure and variants' results)."""
+    root = Path(results_root) / dataset
+    return root / RUN_KINDS["experiment"] / experiment if experiment else root
 
 
 def target_name(recipe: str, reranker: str | None = None) -> str:
@@ -61,28 +79,102 @@ def target_name(recipe: str, reranker: str | None = None) -> str:
 def result_path(dataset: str, recipe: str, reranker: str | None = None,
                 results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
     """``results/{dataset}/{recipe}[_{reranker}].json``."""
-    return Path(results_root) / dataset / f"{target_name(recipe, reranker)}.json"
+    return RunKey.recipe(dataset, recipe).result_path(reranker, results_root)
 
 
-#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk)
-AFTER_FAILURE = ("xmr: the workflow stopped; the failed job's one-line error is in its log above. If Snakemake "
-                 "itself was killed (pre-emption, kill -9, lost node), run `snakemake --unlock` once, then the same "
-                 "command with --rerun-incomplete: unfinished outputs are redone, training resumes from last.pt and "
-                 "extraction from its finished shards (docs/faults.md).")
+#: the run-key kinds and the folder that holds each under ``runs/{dataset}/`` and ``results/{dataset}/``
+RUN_KINDS = {"recipe": "", "experiment": "exp", "benchmark": "bench"}
+#: the ``{run}`` wildcard of the workflow: ``{recipe}``, ``exp/{experiment}/{variant}``, ``bench/{bench}/{variant}/s{seed}``
+_NAME = "[a-z0-9_]+"
+RUN_PATTERN = f"{_NAME}|exp/{_NAME}/{_NAME}|bench/{_NAME}/{_NAME}/s[0-9]+"
 
 
-def validate_workflow_config(config: dict, schema_path: str | Path) -> dict:
-    """Validate (and fill defaults of) the workflow config against its schema with xmr's one config validator:
-    a bad key is one line naming it and its nearest valid names, not Snakemake's dump of the whole schema."""
-    import sys
+def result_pattern(tables: tuple[str, ...] = ("summary",), config_dir: str | Path = "config") -> str:
+    """The ``{result}`` wildcard of ``results/{dataset}/{result}.json``: a recipe target, an experiment variant's
+    or a benchmark run's, but never a dataset-level table (``summary``, ``{benchmark}``: other rules write those)."""
+    names = [*tables, *sorted(p.stem for p in (Path(config_dir) / "benchmark").glob("*.yaml"))]
+    not_table = "(?!(?:" + "|".join(names) + ")$)"
+    return f"{not_table}{_NAME}|exp/{_NAME}/{_NAME}|bench/{_NAME}/{_NAME}/s[0-9]+"
 
-    from xmr.config import load_yaml, validate
 
-    try:
-        return validate(config, load_yaml(schema_path), "config/config.yaml (with --config overrides)")
-    except XmrError as e:  # Snakemake would add a traceback to the one line
-        print(f"xmr workflow: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+@dataclass(frozen=True)
+class RunKey:
+    """One training run: a recipe, a variant of an experiment, or a variant x seed of a benchmark."""
+
+    dataset: str
+    name: str  # the recipe, experiment or benchmark name
+    kind: str = "recipe"
+    variant: str | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in RUN_KINDS:
+            raise XmrError(f"run kind {self.kind!r}: choose one of {', '.join(RUN_KINDS)}")
+        if (self.kind == "recipe") != (self.variant is None) or (self.kind == "benchmark") != (self.seed is not None):
+            raise XmrError(f"run key {self}: a recipe has no variant, an experiment a variant, a benchmark a "
+                           f"variant and a seed")
+
+    @classmethod
+    def recipe(cls, dataset: str, recipe: str) -> "RunKey":
+        return cls(dataset, recipe)
+
+    @classmethod
+    def experiment(cls, dataset: str, experiment: str, variant: str) -> "RunKey":
+        return cls(dataset, experiment, "experiment", variant)
+
+    @classmethod
+    def benchmark(cls, dataset: str, bench: str, variant: str, seed: int) -> "RunKey":
+        return cls(dataset, bench, "benchmark", variant, int(seed))
+
+    # -- paths ----------------------------------------------------------------------------------------------------
+    @property
+    def run(self) -> str:
+        """The ``{run}`` wildcard value: the run directory below ``runs/{dataset}/``."""
+        if self.kind == "recipe":
+            return self.name
+        if self.kind == "experiment":
+            return f"exp/{self.name}/{self.variant}"
+        return f"bench/{self.name}/{self.variant}/s{self.seed}"
+
+    def run_dir(self, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+        return Path(runs_root) / self.dataset / self.run
+
+    def result_path(self, reranker: str | None = None, results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
+        """The results file of this run with ``reranker`` (None or ``none``: plain). A benchmark run has one
+        file holding every re-ranker of its benchmark."""
+        reranker = None if reranker in (None, PLAIN) else reranker
+        root = Path(results_root) / self.dataset
+        if self.kind == "benchmark":
+            return root / "bench" / self.name / self.variant / f"s{self.seed}.json"
+        if self.kind == "experiment":
+            return root / "exp" / self.name / f"{target_name(self.variant, reranker)}.json"
+        return root / f"{target_name(self.name, reranker)}.json"
+
+    @classmethod
+    def parse_run(cls, dataset: str, run: str) -> "RunKey":
+        """The inverse of :attr:`run`."""
+        parts = run.strip("/").split("/")
+        if len(parts) == 1 and parts[0]:
+            return cls.recipe(dataset, parts[0])
+        if len(parts) == 3 and parts[0] == "exp":
+            return cls.experiment(dataset, parts[1], parts[2])
+        if len(parts) == 4 and parts[0] == "bench" and parts[3][:1] == "s" and parts[3][1:].isdigit():
+            return cls.benchmark(dataset, parts[1], parts[2], int(parts[3][1:]))
+        raise XmrError(f"runs/{dataset}/{run}: not a run directory of this layout ({{recipe}}, "
+                       f"exp/{{experiment}}/{{variant}} or bench/{{benchmark}}/{{variant}}/s{{seed}})")
+
+    @classmethod
+    def from_run_dir(cls, path: str | os.PathLike, runs_root: str | os.PathLike = RUNS_ROOT) -> "RunKey":
+        """``runs/{dataset}/{run}`` (relative to the working directory, or absolute below it) -> its key."""
+        p, root = Path(path), Path(runs_root)
+        try:
+            rel = p.resolve().relative_to(root.resolve()) if p.is_absolute() else p.relative_to(root)
+        except ValueError:
+            raise XmrError(f"{path}: not under {runs_root}/; name a run directory runs/{{dataset}}/... "
+                           f"(or give --config FILE --out-dir DIR)") from None
+        if len(rel.parts) < 2:
+            raise XmrError(f"{path}: not a run directory runs/{{dataset}}/{{run}}")
+        return cls.parse_run(rel.parts[0], "/".join(rel.parts[1:]))
 
 
 def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -> tuple[str, str | None]:
@@ -102,154 +194,3 @@ def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -
 
 def recipe_path(dataset: str, recipe: str, config_dir: str | Path = "config") -> str:
     return str(Path(config_dir) / "recipes" / dataset / f"{recipe}.yaml")
-
-
-def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict:
-    """What a recipe's training needs: backbone key, feature dir, image source and the dataset's splits."""
-    from xmr.config import load_run_config
-
-    cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
-    ds = cfg["dataset_cfg"]
-    return {"backbone": cfg["features"]["backbone"], "dir": cfg["features"]["dir"],
-            "source": cfg["features"]["source"], "splits": ["train", ds["val_split"], ds["test_split"]],
-            "annotations": ds.get("annotations")}
-
-
-def image_inputs(dataset: str, info: dict, splits: list[str]) -> list[str]:
-    """The files the image side of ``splits`` is read from, for a :func:`recipe_features` ``info``: the feature
-    files ``{dir}/{dataset}/{backbone}/{split}.h5``, or, end to end (``features.source: images``), the dataset's
-    annotation file(s) (the image files are checked when training starts, as ``xmr extract`` does)."""
-    if info.get("source") == "images":
-        ann = info.get("annotations") or []
-        return [ann] if isinstance(ann, str) else list(ann)
-    return [str(feature_file(info["dir"], dataset, info["backbone"], s)) for s in splits]
-
-
-def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
-                        config_dir: str | Path = "config") -> list[str]:
-    """:func:`image_inputs` of a recipe; ``splits``: split names, or ``train`` (train + val: training reads both)
-    or ``score`` (the test split)."""
-    info = recipe_features(dataset, recipe, config_dir)
-    named = {"train": info["splits"][:2], "score": info["splits"][2:]}
-    return image_inputs(dataset, info, named.get(splits, [splits]) if isinstance(splits, str) else splits)
-
-
-#: job kind -> the kind its evaluation-split jobs use (val/test are ~5,000 images, COCO's train 113,287)
-EVAL_KINDS = {"extract": "extract_eval"}
-
-
-def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split: str = "") -> Any:
-    """Resource ``key`` of a ``kind`` job from config ``resources``: the dataset's own entry, else ``default``.
-    Jobs on a split other than ``train`` use ``{kind}_eval`` when there is one (the dataset's ``{kind}_eval``,
-    then its ``{kind}``, then ``default.{kind}_eval``, then ``default.{kind}``)."""
-    per_dataset = resources.get(dataset, {}) or {}
-    default = resources["default"]
-    kinds = [kind]
-    if split and split != "train" and kind in EVAL_KINDS:
-        kinds = [EVAL_KINDS[kind], kind]
-    for table in (per_dataset, default):
-        for k in kinds:
-            if key in (table.get(k) or {}):
-                return table[k][key]
-    raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
-
-
-def rerank_inputs(run_dir: str, reranker: str | None) -> dict[str, str]:
-    """Files a re-ranker reads besides the similarity matrix, as ``{parameter: path}``: QB-Norm's query bank
-    (rule ``score_bank``); none for the others."""
-    if reranker == "qbnorm":
-        return {k: f"{run_dir}/qbnorm_{k}.npy" for k in ("bank_i2t", "bank_t2i")}
-    return {}
-
-
-def rerank_options(run_dir: str, reranker: str | None) -> str:
-    """The ``xmr test`` options selecting ``reranker`` (empty for plain evaluation)."""
-    if not reranker:
-        return ""
-    files = rerank_inputs(run_dir, reranker)
-    extra = " --rerank-param " + " ".join(f"{k}={v}" for k, v in files.items()) if files else ""
-    return f"--rerank {reranker}{extra}"
-
-
-def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, list[str]]:
-    """Precomputed text-feature files a recipe needs, for Snakemake: ``train`` (train + val split files) and
-    ``score`` (test split file); empty lists when the recipe uses no precomputed text features."""
-    from xmr.config import load_run_config
-    from xmr.models.text_precomputed import with_text_features_dir
-
-    cfg = load_run_config(recipe_path(dataset, recipe, config_dir))
-    if cfg["text"].get("encoder") != "precomputed":
-        return {"train": [], "score": []}
-    where = with_text_features_dir(cfg)["features_dir"]
-    ds = cfg["dataset_cfg"]
-    return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
-            "score": [f"{where}/{ds['test_split']}.h5"]}
-
-
-# --- big targets say they are big ------------------------------------------------------------------------------
-
-_ANNOUNCED: set[str] = set()
-
-
-def planned_runs(dataset: str, recipes: list[str], experiments: list = (), runs_root: str = "runs") -> list[Path]:
-    """The run directories (one training each) behind ``recipes`` of ``dataset`` plus the variants of
-    ``experiments`` (:class:`xmr.experiments.Experiment`; a comparison of recipes trains the recipes themselves)."""
-    runs = {Path(runs_root) / dataset / r for r in recipes}
-    for exp in experiments:
-        if dataset in exp.datasets:
-            runs.update(exp.run_dir(dataset, v, runs_root) for v in exp.variants_for(dataset))
-    return sorted(runs)
-
-
-def training_count_message(target: str, run_dirs: list[Path]) -> str:
-    """``TARGET implies N trainings (K done, M to run)`` (a training is done when its ``train.json`` exists)."""
-    done = sum((Path(d) / "train.json").exists() for d in run_dirs)
-    return (f"{target} implies {len(run_dirs)} trainings ({done} already trained, {len(run_dirs) - done} to run; "
-            f"docs/pipeline.md, 'How big is a target')")
-
-
-def announce_trainings(target: str, run_dirs: list[Path]) -> None:
-    """Print :func:`training_count_message` once per target while Snakemake builds its DAG (dry runs too: the
-    input functions that call this run before the job list is printed, unlike ``onstart``)."""
-    if target in _ANNOUNCED:
-        return
-    _ANNOUNCED.add(target)
-    import sys
-
-    print(training_count_message(target, run_dirs), file=sys.stderr, flush=True)
-
-
-# --- DVC ----------------------------------------------------------------------------------------------------------
-
-
-# the snakemake options of a stage command that take a value (the next word is not a target)
-_VALUE_OPTIONS = {"--cores", "-c", "--jobs", "-j", "--profile", "--configfile", "--directory", "-d", "--snakefile",
-                  "-s", "--executor", "-e", "--rerun-triggers"}
-
-
-def dvc_snakemake_targets(lock: str | Path = "dvc.lock", existing_only: bool = True) -> list[str]:
-    """The Snakemake targets of the DVC stages recorded in ``lock`` (the file arguments of each stage's
-    ``snakemake ...`` command), in stage order; ``existing_only``: only those present (a clone that pulled some
-    stages). What ``make sync`` marks up to date after ``dvc pull``/``dvc checkout``."""
-    import shlex
-
-    import yaml
-
-    path = Path(lock)
-    if not path.exists():
-        raise XmrError(f"{path} not found: run `dvc repro` (or `dvc pull` in a clone of a reproduced commit) first")
-    stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
-    targets: list[str] = []
-    for stage in stages.values():
-        words = shlex.split(stage.get("cmd", "") if isinstance(stage.get("cmd"), str) else " ".join(stage["cmd"]))
-        if not words or Path(words[0]).name != "snakemake":
-            continue
-        skip = False
-        for w in words[1:]:
-            if skip:
-                skip = False
-            elif w.startswith("-"):
-                skip = w in _VALUE_OPTIONS
-            elif w not in targets and (not existing_only or Path(w).exists()):
-                targets.append(w)
-    return targets

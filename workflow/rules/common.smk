@@ -1,12 +1,14 @@
 import sys
+from functools import lru_cache
 
 from snakemake.utils import min_version
 
 from xmr.doctor import workflow_preflight
 from xmr.tracking import warn_cluster_sqlite
-from xmr.layout import (AFTER_FAILURE, job_resource, parse_target, recipe_features, recipe_image_inputs,
-                        recipe_path, recipe_text_feature_files, rerank_inputs, rerank_options, run_dir,
-                        validate_workflow_config)
+from xmr.jobs import job_resource, train_job
+from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
+from xmr.workflow_inputs import (AFTER_FAILURE, feature_dirs_pattern, parse_result, rerank_inputs, rerank_options,
+                                 run_config, run_inputs, run_split_inputs, validate_workflow_config)
 
 min_version("9.0")
 
@@ -34,10 +36,16 @@ wildcard_constraints:
     split="[a-z]+",
     recipe="[a-z0-9_]+",
     target="[a-z0-9_]+",
+    # one run key for every kind of run (xmr.layout.RunKey): {recipe}, exp/{experiment}/{variant},
+    # bench/{bench}/{variant}/s{seed}; results files likewise (xmr.workflow_inputs.parse_result)
+    run=RUN_PATTERN,
+    result=result_pattern(),
+    # the feature folders the recipes name (features.dir; default features/)
+    fdir=feature_dirs_pattern(),
 
 
 def res(kind, key):
-    """Resource `key` of job kind `kind` (xmr.layout.job_resource: per dataset, per split for extraction)."""
+    """Resource `key` of job kind `kind` (xmr.jobs.job_resource: per dataset, per split for extraction)."""
 
     def f(wildcards):
         return job_resource(config["resources"], kind, key, wildcards.get("dataset", ""), wildcards.get("split", ""))
@@ -45,24 +53,41 @@ def res(kind, key):
     return f
 
 
-def target_recipe(wc):
+def run_key(wc):
+    return RunKey.parse_run(wc.dataset, wc.run)
+
+
+@lru_cache(maxsize=None)
+def config_of(key):
+    # one resolution per run while Snakemake plans (its input functions ask for each run many times)
+    return run_config(key)
+
+
+def inputs_of(stage):
+    """The input files of a run's `stage` job (xmr.workflow_inputs: run_inputs, or run_split_inputs for a split)."""
+
+    def f(wc):
+        key = run_key(wc)
+        files = run_inputs(key, stage, cfg=config_of(key)) if stage in ("train", "score") else \
+            run_split_inputs(key, wc.split, cfg=config_of(key))
+        return files if stage == "train" else {"ckpt": f"runs/{wc.dataset}/{wc.run}/best.pt", **files}
+
+    return f
+
+
+def train_res(key):
+    """Item `key` of the training job (xmr.jobs.train_job): DDP launch and resources, the same for every run kind;
+    a run's own train.threads (the benchmark's one-thread trainings) sets its cores."""
+
+    def f(wc):
+        threads = config_of(run_key(wc))["train"]["threads"]
+        return train_job(config["resources"], wc.dataset, threads)[key]
+
+    return f
+
+
+def result_key(wc):
     # preflight (`xmr doctor`): a real dataset's target reports what is missing when it is first planned
-    workflow_preflight(workflow, wc.dataset, wc.target)
-    return parse_target(wc.dataset, wc.target)[0]
-
-
-def target_reranker(wc):
-    return parse_target(wc.dataset, wc.target)[1]
-
-
-def train_inputs(wc):
-    # image side: features/*.h5, or the dataset's annotations for end-to-end recipes (features.source: images)
-    return {"config": recipe_path(wc.dataset, wc.recipe),
-            "images": recipe_image_inputs(wc.dataset, wc.recipe, "train"),
-            "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["train"]}
-
-
-def score_inputs(wc):
-    return {"ckpt": str(run_dir(wc.dataset, wc.recipe) / "best.pt"),
-            "images": recipe_image_inputs(wc.dataset, wc.recipe, "score"),
-            "text_features": recipe_text_feature_files(wc.dataset, wc.recipe)["score"]}
+    if "/" not in wc.result:
+        workflow_preflight(workflow, wc.dataset, wc.result)
+    return parse_result(wc.dataset, wc.result)

@@ -1,4 +1,5 @@
-# Visual features, one HDF5 file per dataset x backbone x split, shared by every method using that backbone.
+# Visual features, one HDF5 file per dataset x backbone x split, shared by every method using that backbone, in
+# the folder the run's features.dir names ({fdir}; default features/).
 
 
 def dataset_annotations(wc):
@@ -12,9 +13,9 @@ rule extract:
     input:
         dataset_annotations,
     output:
-        "features/{dataset}/{backbone}/{split}.h5",
+        "{fdir}/{dataset}/{backbone}/{split}.h5",
     log:
-        "logs/extract/{dataset}_{backbone}_{split}.log",
+        "logs/extract/{fdir}/{dataset}_{backbone}_{split}.log",
     threads: res("extract", "cpus_per_task")
     resources:
         gpu=res("extract", "gpu"),
@@ -46,9 +47,9 @@ rule import_scan:
     input:
         unpack(scan_precomp_inputs),
     output:
-        "features/{dataset}/butd_r101_k36/{split}.h5",
+        "{fdir}/{dataset}/butd_r101_k36/{split}.h5",
     log:
-        "logs/import/{dataset}_butd_r101_k36_{split}.log",
+        "logs/import/{fdir}/{dataset}_butd_r101_k36_{split}.log",
     resources:
         mem_mb=res("light", "mem_mb"),
         runtime=res("extract", "runtime"),  # per split: val/test use extract_eval

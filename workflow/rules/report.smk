@@ -8,32 +8,24 @@ from pathlib import Path
 
 from xmr.experiments import load_experiment
 from xmr.report.settings import readme_parts, report_methods, report_settings
-from xmr.layout import announce_trainings, planned_runs
-
-
-def split_features(wc):
-    # features/*.h5 of the split, or the annotations for end-to-end recipes (features.source: images)
-    info = recipe_features(wc.dataset, wc.recipe)
-    names = dict(zip(["train", "val", "test"], info["splits"]))
-    return recipe_image_inputs(wc.dataset, wc.recipe, [names.get(wc.split, wc.split)])
+from xmr.workflow_inputs import announce_trainings, planned_runs
 
 
 rule score_split:
-    # any split's similarities (FR is tuned on validation); the test split is rule `score`'s
+    # any split's similarities of any run (FR is tuned on validation); the test split is rule `score`'s
     input:
-        ckpt="runs/{dataset}/{recipe}/best.pt",
-        features=split_features,
+        unpack(inputs_of("split")),
     output:
-        "runs/{dataset}/{recipe}/{split}_sims.npy",
+        "runs/{dataset}/{run}/{split}_sims.npy",
     log:
-        "logs/score/{dataset}_{recipe}_{split}.log",
+        "logs/score/{dataset}_{run}_{split}.log",
     resources:
         gpu=res("score", "gpu"),
         mem_mb=res("score", "mem_mb"),
         runtime=res("score", "runtime"),
         cpus_per_task=res("score", "cpus_per_task"),
     shell:
-        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.recipe} --split {wildcards.split} --out {output}"
+        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.run} --split {wildcards.split} --out {output}"
         " --no-progress > {log} 2>&1"
 
 

@@ -8,7 +8,7 @@ def text_feature_annotations(wc):
     return load_dataset_config(wc.dataset).get("annotations", [])
 
 
-# features/{dataset}/hglmm/{split}.h5 also matches rule `extract` (backbone=hglmm): this rule wins
+# {fdir}/{dataset}/hglmm/{split}.h5 also matches rule `extract` (backbone=hglmm): this rule wins
 ruleorder: text_features > extract
 
 
@@ -17,9 +17,9 @@ rule text_features_model:
         text_feature_annotations,
         "config/text_features.yaml",
     output:
-        "features/{dataset}/hglmm/model.npz",
+        "{fdir}/{dataset}/hglmm/model.npz",
     log:
-        "logs/text_features/{dataset}_hglmm_model.log",
+        "logs/text_features/{fdir}/{dataset}_hglmm_model.log",
     threads: res("extract", "cpus_per_task")
     resources:
         gpu=res("extract", "gpu"),
@@ -28,17 +28,17 @@ rule text_features_model:
         cpus_per_task=res("extract", "cpus_per_task"),
     shell:
         "{XMR} text-features --dataset {wildcards.dataset} --kind hglmm --fit-split train --refit"
-        " --out-dir features/{wildcards.dataset}/hglmm --no-progress > {log} 2>&1"
+        " --out-dir {wildcards.fdir}/{wildcards.dataset}/hglmm --no-progress > {log} 2>&1"
 
 
 rule text_features:
     input:
         text_feature_annotations,
-        model="features/{dataset}/hglmm/model.npz",
+        model="{fdir}/{dataset}/hglmm/model.npz",
     output:
-        "features/{dataset}/hglmm/{split}.h5",
+        "{fdir}/{dataset}/hglmm/{split}.h5",
     log:
-        "logs/text_features/{dataset}_hglmm_{split}.log",
+        "logs/text_features/{fdir}/{dataset}_hglmm_{split}.log",
     threads: res("extract", "cpus_per_task")
     resources:
         gpu=res("extract", "gpu"),
@@ -47,4 +47,4 @@ rule text_features:
         cpus_per_task=res("extract", "cpus_per_task"),
     shell:
         "{XMR} text-features --dataset {wildcards.dataset} --kind hglmm --splits {wildcards.split}"
-        " --out-dir features/{wildcards.dataset}/hglmm --no-progress > {log} 2>&1"
+        " --out-dir {wildcards.fdir}/{wildcards.dataset}/hglmm --no-progress > {log} 2>&1"

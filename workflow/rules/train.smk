@@ -1,75 +1,44 @@
-# Training (one run directory per dataset x recipe) and the test-split similarity matrix.
-
-
-def train_procs(wc):
-    """(processes per node, nodes) of a training job: one DDP process per GPU (config `resources`: `gpu` is
-    GPUs per node, `nodes` defaults to 1)."""
-    gpus = res("train", "gpu")(wc)
-    per_dataset = config["resources"].get(wc.dataset, {}).get("train", {})
-    nodes = per_dataset.get("nodes", config["resources"]["default"]["train"].get("nodes", 1))
-    return max(gpus, 1), nodes
-
-
-def train_multi(wc):
-    per_node, nodes = train_procs(wc)
-    return per_node * nodes > 1
-
-
-def train_gpu(wc):
-    # one node: --gpus=N; several nodes: gres (per node) instead, since --gpus counts GPUs over all nodes
-    per_node, nodes = train_procs(wc)
-    return res("train", "gpu")(wc) if nodes == 1 else None
-
-
-def train_gres(wc):
-    per_node, nodes = train_procs(wc)
-    return f"gpu:{per_node}" if nodes > 1 and res("train", "gpu")(wc) > 0 else None
-
-
-def train_launch(wc):
-    """`xmr train` options for DDP; with SLURM, resources `mpi`/`tasks` make the job step run the rule's command
-    once in the allocation (not under `srun -n1`), and `xmr train` starts the tasks itself with srun."""
-    per_node, nodes = train_procs(wc)
-    return f" --nproc-per-node {per_node} --nnodes {nodes}" if per_node * nodes > 1 else ""
+# The one train -> score chain of every run (recipes, experiment variants, benchmark variants x seeds):
+# runs/{dataset}/{run}/ with {run} a run key (xmr.layout.RunKey). `xmr train --run` resolves the run's config
+# from its key; the DDP launch, feature sources and features.dir hold for every kind alike.
 
 
 rule train:
     input:
-        unpack(train_inputs),
+        unpack(inputs_of("train")),
     output:
-        ckpt="runs/{dataset}/{recipe}/best.pt",
-        summary="runs/{dataset}/{recipe}/train.json",
+        ckpt="runs/{dataset}/{run}/best.pt",
+        summary="runs/{dataset}/{run}/train.json",
     log:
-        "logs/train/{dataset}_{recipe}.log",
-    threads: res("train", "cpus_per_task")
+        "logs/train/{dataset}_{run}.log",
+    threads: train_res("threads")
     params:
-        launch=train_launch,
+        launch=train_res("launch"),
     resources:
-        gpu=train_gpu,
-        gres=train_gres,
-        nodes=lambda wc: train_procs(wc)[1] if train_multi(wc) else None,
-        tasks=lambda wc: train_procs(wc)[0] * train_procs(wc)[1] if train_multi(wc) else None,
-        tasks_per_gpu=lambda wc: 1 if train_multi(wc) and res("train", "gpu")(wc) > 0 else None,
-        mpi=lambda wc: "srun" if train_multi(wc) else None,
-        mem_mb=res("train", "mem_mb"),
-        runtime=res("train", "runtime"),
-        cpus_per_task=res("train", "cpus_per_task"),
+        gpu=train_res("gpu"),
+        gres=train_res("gres"),
+        nodes=train_res("nodes"),
+        tasks=train_res("tasks"),
+        tasks_per_gpu=train_res("tasks_per_gpu"),
+        mpi=train_res("mpi"),
+        mem_mb=train_res("mem_mb"),
+        runtime=train_res("runtime"),
+        cpus_per_task=train_res("cpus_per_task"),
     shell:
-        "{XMR} train --config {input.config} --out-dir runs/{wildcards.dataset}/{wildcards.recipe}"
-        "{params.launch} --no-progress > {log} 2>&1"
+        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress > {log} 2>&1"
 
 
 rule score:
     input:
-        unpack(score_inputs),
+        unpack(inputs_of("score")),
     output:
-        "runs/{dataset}/{recipe}/test_sims.npy",
+        "runs/{dataset}/{run}/test_sims.npy",
     log:
-        "logs/score/{dataset}_{recipe}.log",
+        "logs/score/{dataset}_{run}.log",
     resources:
         gpu=res("score", "gpu"),
         mem_mb=res("score", "mem_mb"),
         runtime=res("score", "runtime"),
         cpus_per_task=res("score", "cpus_per_task"),
     shell:
-        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.recipe} --out {output} --no-progress > {log} 2>&1"
+        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.run} --out {output} --no-progress > {log} 2>&1"

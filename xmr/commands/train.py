@@ -1,14 +1,18 @@
 """xmr train: train one recipe (method x dataset x backbone) with the one trainer."""
 
-HELP = "train a run config (config/recipes/DATASET/RECIPE.yaml); resumes from OUT_DIR/last.pt"
+HELP = "train a run (runs/DATASET/RUN, named by its run key) or a run config; resumes from its last.pt"
 
 
 def add_arguments(p):
+    p.add_argument("--run", metavar="RUN_DIR",
+                   help="a run directory of the layout: runs/DATASET/RECIPE, runs/DATASET/exp/EXPERIMENT/VARIANT or "
+                        "runs/DATASET/bench/BENCHMARK/VARIANT/sSEED; its config is resolved from its run key "
+                        "(what the workflow runs)")
     p.add_argument("--config", help="run config YAML (or --experiment + --variant)")
     p.add_argument("--experiment", help="experiment file or name (config/experiments/NAME.yaml): train one variant")
     p.add_argument("--variant", help="with --experiment: the variant to train")
     p.add_argument("--dataset", help="with --experiment: dataset (default: the experiment's first)")
-    p.add_argument("--out-dir", required=True, help="run directory (checkpoints, history, config)")
+    p.add_argument("--out-dir", help="run directory (checkpoints, history, config); with --run: that directory")
     p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
     p.add_argument("--no-resume", action="store_true", help="start over even if OUT_DIR/last.pt exists")
     p.add_argument("--no-progress", action="store_true")
@@ -20,11 +24,19 @@ def add_arguments(p):
 
 
 def _source(args) -> list[str]:
-    """The run config's source as CLI arguments (--config, or --experiment/--variant/--dataset)."""
+    """The run config's source as CLI arguments (--run, --config, or --experiment/--variant/--dataset)."""
     from xmr.errors import XmrError
 
+    if args.run:
+        if args.config or args.experiment or (args.out_dir and args.out_dir != args.run):
+            raise XmrError("--run RUN_DIR names both the config and the run directory: drop --config/--experiment/"
+                           "--out-dir")
+        args.out_dir = args.run
+        return ["--run", args.run]
+    if not args.out_dir:
+        raise XmrError("give --run RUN_DIR, or --out-dir DIR with --config FILE (or --experiment/--variant)")
     if bool(args.config) == bool(args.experiment) or bool(args.experiment) != bool(args.variant):
-        raise XmrError("give either --config FILE or --experiment FILE --variant NAME")
+        raise XmrError("give either --run RUN_DIR, --config FILE or --experiment FILE --variant NAME")
     if args.config:
         return ["--config", args.config]
     return ["--experiment", args.experiment, "--variant", args.variant] + (["--dataset", args.dataset]
@@ -36,7 +48,7 @@ def run(args):
 
     source = _source(args)
     if args.nproc_per_node * args.nnodes > 1 and not distributed.already_launched():
-        child = ["train", *source, "--out-dir", args.out_dir]
+        child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
         return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)
@@ -44,7 +56,12 @@ def run(args):
     from xmr.config import load_run_config
     from xmr.train.trainer import train
 
-    if args.experiment:
+    if args.run:
+        from xmr.layout import RunKey
+        from xmr.workflow_inputs import run_config
+
+        cfg = run_config(RunKey.from_run_dir(args.run), args.set)
+    elif args.experiment:
         from xmr.experiments import load_experiment, resolve_variant
 
         cfg = resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)

@@ -109,6 +109,9 @@ class RerankerSpec:
     prepare: Callable[[torch.Tensor, dict, RerankContext], Rescoring]
     choices: Mapping[str, tuple] = field(default_factory=dict)  # allowed values of string parameters
     source: str = ""
+    # parameters read from files in the run directory, made by a workflow rule (QB-Norm's query bank):
+    # {parameter: file name}; the workflow passes them as `--rerank-param parameter=runs/.../file`
+    run_inputs: Mapping[str, str] = field(default_factory=dict)
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")

@@ -110,6 +110,7 @@ RERANKERS.register("qbnorm")(RerankerSpec(
     summary="QB-Norm: dynamic inverted softmax against a query bank",
     defaults={"beta": 20.0, "k": 1, "bank_i2t": None, "bank_t2i": None, "self_bank": False},
     prepare=_prepare,
+    run_inputs={"bank_i2t": "qbnorm_bank_i2t.npy", "bank_t2i": "qbnorm_bank_t2i.npy"},  # rule score_bank
     source="Bogolin et al., Cross Modal Retrieval with Querybank Normalisation, CVPR 2022; "
            "github.com/ioanacroi/qb-norm dynamic_inverted_softmax.py (beta 20, k 1)",
 ))

@@ -1,0 +1,268 @@
+"""What the workflow's rules read, per run key (:class:`xmr.layout.RunKey`): a run's resolved config and the files
+it is read from, the image and text feature files its training and scoring need (honouring ``features.dir``,
+``features.source: images`` and precomputed text features for every run kind alike), a re-ranker's extra input
+files (declared on its :class:`~xmr.rerank.base.RerankerSpec`), the workflow config's validation, and the
+training-count announcement of big targets. The rules in ``workflow/rules/*.smk`` only call these."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from xmr.errors import XmrError
+from xmr.layout import PLAIN, RUNS_ROOT, RunKey, feature_file, parse_target, recipe_path
+
+#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk)
+AFTER_FAILURE = ("xmr: the workflow stopped; the failed job's one-line error is in its log above. If Snakemake "
+                 "itself was killed (pre-emption, kill -9, lost node), run `snakemake --unlock` once, then the same "
+                 "command with --rerun-incomplete: unfinished outputs are redone, training resumes from last.pt and "
+                 "extraction from its finished shards (docs/faults.md).")
+
+
+def validate_workflow_config(config: dict, schema_path: str | Path) -> dict:
+    """Validate (and fill defaults of) the workflow config against its schema with xmr's one config validator:
+    a bad key is one line naming it and its nearest valid names, not Snakemake's dump of the whole schema."""
+    from xmr.config import load_yaml, validate
+
+    try:
+        return validate(config, load_yaml(schema_path), "config/config.yaml (with --config overrides)")
+    except XmrError as e:  # Snakemake would add a traceback to the one line
+        print(f"xmr workflow: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+# --- a run's config ---------------------------------------------------------------------------------------------
+
+def _experiment(name: str, dataset: str, config_dir: str | Path):
+    from xmr.experiments import experiment_path, load_experiment
+
+    exp = load_experiment(experiment_path(name, config_dir))
+    exp.check_dataset(dataset)
+    return exp
+
+
+def _benchmark(key: RunKey, config_dir: str | Path):
+    from xmr.benchmark import benchmark_path, load_benchmark
+
+    bench = load_benchmark(benchmark_path(key.name, config_dir))
+    if bench.dataset != key.dataset:
+        raise XmrError(f"{bench.path}: benchmark {key.name} is for dataset {bench.dataset}, not {key.dataset}")
+    bench.check_variant(key.variant)
+    return bench
+
+
+def run_config_files(key: RunKey, config_dir: str | Path = "config") -> list[str]:
+    """The files a run's config is read from (the recipe; the experiment or benchmark file): its training's
+    config inputs."""
+    if key.kind == "experiment":
+        exp = _experiment(key.name, key.dataset, config_dir)
+        return [recipe_path(key.dataset, exp.recipe_of(key.variant), config_dir), str(exp.path)]
+    if key.kind == "benchmark":
+        bench = _benchmark(key, config_dir)
+        return [str(bench.recipe_path(key.variant)), str(bench.path)]
+    return [recipe_path(key.dataset, key.name, config_dir)]
+
+
+def run_config(key: RunKey, extra: Iterable[str] = (), config_dir: str | Path = "config") -> dict:
+    """The run's validated config: its recipe with the experiment's or benchmark's overrides, then ``extra``
+    ``KEY.PATH=VALUE`` strings (``xmr train --set``)."""
+    from xmr.config import load_run_config
+
+    if key.kind == "experiment":
+        from xmr.experiments import resolve_variant
+
+        return resolve_variant(_experiment(key.name, key.dataset, config_dir), key.variant, key.dataset, extra=list(extra))
+    if key.kind == "benchmark":
+        bench = _benchmark(key, config_dir)
+        return load_run_config(bench.recipe_path(key.variant), bench.train_overrides(key.variant, key.seed)
+                               + list(extra))
+    path = recipe_path(key.dataset, key.name, config_dir)
+    if not Path(path).exists():
+        parse_target(key.dataset, key.name, config_dir)  # the one-line error listing the dataset's recipes
+    return load_run_config(path, extra)
+
+
+def parse_result(dataset: str, result: str, config_dir: str | Path = "config") -> tuple[RunKey, list[str]]:
+    """``results/{dataset}/{result}.json`` -> (run key, the re-rankers the file holds; ``none`` = plain). The
+    inverse of :meth:`RunKey.result_path`."""
+    parts = result.split("/")
+    if len(parts) == 1:
+        recipe, reranker = parse_target(dataset, result, config_dir)
+        return RunKey.recipe(dataset, recipe), [reranker or PLAIN]
+    if len(parts) == 3 and parts[0] == "exp":
+        exp = _experiment(parts[1], dataset, config_dir)
+        variant, reranker = exp.parse_target(parts[2])
+        return RunKey.experiment(dataset, parts[1], variant), [reranker or PLAIN]
+    if len(parts) == 4 and parts[0] == "bench" and parts[3][:1] == "s" and parts[3][1:].isdigit():
+        key = RunKey.benchmark(dataset, parts[1], parts[2], int(parts[3][1:]))
+        return key, list(_benchmark(key, config_dir).rerank)
+    raise XmrError(f"results/{dataset}/{result}.json: not a results target ({{recipe}}[_{{reranker}}], "
+                   f"exp/{{experiment}}/{{variant}}[_{{reranker}}] or bench/{{benchmark}}/{{variant}}/s{{seed}})")
+
+
+# --- the files a run reads ----------------------------------------------------------------------------------------
+
+def features_info(cfg: dict) -> dict:
+    """What a run's image side needs: backbone key, feature dir, image source and the dataset's splits."""
+    ds = cfg["dataset_cfg"]
+    return {"dataset": cfg["dataset"], "backbone": cfg["features"]["backbone"], "dir": cfg["features"]["dir"],
+            "source": cfg["features"]["source"], "splits": ["train", ds["val_split"], ds["test_split"]],
+            "annotations": ds.get("annotations")}
+
+
+def image_inputs(dataset: str, info: dict, splits: list[str]) -> list[str]:
+    """The files the image side of ``splits`` is read from, for a :func:`features_info` ``info``: the feature
+    files ``{dir}/{dataset}/{backbone}/{split}.h5``, or, end to end (``features.source: images``), the dataset's
+    annotation file(s) (the image files are checked when training starts, as ``xmr extract`` does)."""
+    if info.get("source") == "images":
+        ann = info.get("annotations") or []
+        return [ann] if isinstance(ann, str) else list(ann)
+    return [str(feature_file(info["dir"], dataset, info["backbone"], s)) for s in splits]
+
+
+def stage_splits(info: dict, stage: str | list[str]) -> list[str]:
+    """``train`` (train + val: training reads both), ``score`` (the test split), a split name, or a list."""
+    named = {"train": info["splits"][:2], "score": info["splits"][2:]}
+    return named.get(stage, [stage]) if isinstance(stage, str) else list(stage)
+
+
+def text_feature_files(cfg: dict) -> dict[str, list[str]]:
+    """Precomputed text-feature files a run needs: ``train`` (train + val split files) and ``score`` (test split
+    file); empty lists when the run uses no precomputed text features."""
+    from xmr.models.text_precomputed import with_text_features_dir
+
+    if cfg["text"].get("encoder") != "precomputed":
+        return {"train": [], "score": []}
+    where = with_text_features_dir(cfg)["features_dir"]
+    ds = cfg["dataset_cfg"]
+    return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
+            "score": [f"{where}/{ds['test_split']}.h5"]}
+
+
+def run_inputs(key: RunKey, stage: str, config_dir: str | Path = "config", cfg: dict | None = None
+               ) -> dict[str, list[str]]:
+    """The input files of a run's ``train`` or ``score`` job, for every run kind: the config files (training),
+    the image side (features or annotations) and the precomputed text features of the splits it reads.
+    ``cfg``: the run's resolved config when the caller has it (the workflow resolves each run once)."""
+    cfg = cfg or run_config(key, config_dir=config_dir)
+    info = features_info(cfg)
+    out = {"images": image_inputs(key.dataset, info, stage_splits(info, stage)),
+           "text_features": text_feature_files(cfg)[stage if stage in ("train", "score") else "score"]}
+    if stage == "train":
+        out["config"] = run_config_files(key, config_dir)
+    return out
+
+
+def run_split_inputs(key: RunKey, split: str, config_dir: str | Path = "config", cfg: dict | None = None
+                     ) -> dict[str, list[str]]:
+    """The input files of scoring one split of a run (``xmr score --split``): ``val``/``test`` name the dataset's
+    validation/test splits, any other name a split itself."""
+    cfg = cfg or run_config(key, config_dir=config_dir)
+    info = features_info(cfg)
+    name = {"val": info["splits"][1], "test": info["splits"][2]}.get(split, split)
+    text = text_feature_files(cfg)
+    return {"images": image_inputs(key.dataset, info, [name]),
+            "text_features": [f for f in text["train"] + text["score"] if Path(f).stem == name]}
+
+
+def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict:
+    """:func:`features_info` of a recipe."""
+    return features_info(run_config(RunKey.recipe(dataset, recipe), config_dir=config_dir))
+
+
+def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
+                        config_dir: str | Path = "config") -> list[str]:
+    """:func:`image_inputs` of a recipe (``splits`` as :func:`stage_splits` takes them)."""
+    info = recipe_features(dataset, recipe, config_dir)
+    return image_inputs(dataset, info, stage_splits(info, splits))
+
+
+def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, list[str]]:
+    """:func:`text_feature_files` of a recipe."""
+    return text_feature_files(run_config(RunKey.recipe(dataset, recipe), config_dir=config_dir))
+
+
+def feature_dirs_pattern(config_dir: str | Path = "config") -> str:
+    """The ``{fdir}`` wildcard of the feature rules: one of :func:`feature_dirs`."""
+    import re
+
+    return "|".join(re.escape(d) for d in feature_dirs(config_dir))
+
+
+def feature_dirs(config_dir: str | Path = "config") -> list[str]:
+    """Every ``features.dir`` the recipes and method files name (plus the schema default ``features``): the
+    values the feature rules' ``{fdir}`` wildcard may take. Read without validation (it runs when the workflow
+    is parsed)."""
+    import yaml
+
+    dirs = {"features"}
+    root = Path(config_dir)
+    for p in sorted([*root.glob("recipes/*/*.yaml"), *root.glob("methods/*.yaml")]):
+        doc = yaml.safe_load(p.read_text()) or {}
+        value = (doc.get("features") or {}).get("dir") if isinstance(doc, dict) else None
+        if isinstance(value, str) and value:
+            dirs.add(value.rstrip("/"))
+    return sorted(dirs)
+
+
+# --- re-rankers' extra inputs ----------------------------------------------------------------------------------
+
+def rerank_inputs(run_dir: str | os.PathLike, reranker: str | None) -> dict[str, str]:
+    """Files a re-ranker reads besides the similarity matrix, as ``{parameter: path}``: the run-directory files its
+    :class:`~xmr.rerank.base.RerankerSpec` declares in ``run_inputs`` (QB-Norm's query bank); none for most."""
+    if not reranker or reranker == PLAIN:
+        return {}
+    from xmr.rerank import RERANKERS
+
+    return {param: f"{run_dir}/{name}" for param, name in RERANKERS.get(reranker).run_inputs.items()}
+
+
+def rerank_options(run_dir: str | os.PathLike, rerankers: str | list[str] | None) -> str:
+    """The ``xmr test`` options selecting ``rerankers`` (one name, or a list: one file holding each; empty for
+    plain evaluation alone)."""
+    names = [rerankers] if isinstance(rerankers, str) or rerankers is None else list(rerankers)
+    names = [n for n in names if n]
+    if names in ([], [PLAIN]):
+        return ""
+    files = {k: v for n in names for k, v in rerank_inputs(run_dir, n).items()}
+    if files and len(names) > 1:
+        raise XmrError(f"re-rankers {', '.join(names)}: one of them reads extra files ({', '.join(files)}); "
+                       f"evaluate it in a results file of its own")
+    extra = " --rerank-param " + " ".join(f"{k}={v}" for k, v in files.items()) if files else ""
+    if len(names) == 1:
+        return f"--rerank {names[0]}{extra}"
+    return f"--reranks {' '.join(names)}{extra}"
+
+
+# --- big targets say they are big ----------------------------------------------------------------------------
+
+_ANNOUNCED: set[str] = set()
+
+
+def planned_runs(dataset: str, recipes: list[str], experiments: list = (),
+                 runs_root: str | os.PathLike = RUNS_ROOT) -> list[Path]:
+    """The run directories (one training each) behind ``recipes`` of ``dataset`` plus the variants of
+    ``experiments`` (:class:`xmr.experiments.Experiment`; a comparison of recipes trains the recipes themselves)."""
+    runs = {RunKey.recipe(dataset, r).run_dir(runs_root) for r in recipes}
+    for exp in experiments:
+        if dataset in exp.datasets:
+            runs.update(exp.run_dir(dataset, v, runs_root) for v in exp.variants_for(dataset))
+    return sorted(runs)
+
+
+def training_count_message(target: str, run_dirs: list[Path]) -> str:
+    """``TARGET implies N trainings (K done, M to run)`` (a training is done when its ``train.json`` exists)."""
+    done = sum((Path(d) / "train.json").exists() for d in run_dirs)
+    return (f"{target} implies {len(run_dirs)} trainings ({done} already trained, {len(run_dirs) - done} to run; "
+            f"docs/pipeline.md, 'How big is a target')")
+
+
+def announce_trainings(target: str, run_dirs: list[Path]) -> None:
+    """Print :func:`training_count_message` once per target while Snakemake builds its DAG (dry runs too: the
+    input functions that call this run before the job list is printed, unlike ``onstart``)."""
+    if target in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(target)
+    print(training_count_message(target, run_dirs), file=sys.stderr, flush=True)
