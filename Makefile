@@ -38,9 +38,10 @@ test: venv
 benchmark: venv
 	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md reports/synth/readme.md reports/synth/readme_demo.md
 
-# tests without the integration ones (SLURM, DVC, MLflow server, browser): seconds instead of minutes
+# the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
+# concurrency, Snakemake kills); `make test` runs them all, as CI does
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not integration"
+	$(BIN)/python -m pytest -q -m "not slow"
 
 repro: venv
 	$(BIN)/dvc repro

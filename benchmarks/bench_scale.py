@@ -61,7 +61,7 @@ def loader_rate(split, feats, workers: int, batches: int, batch_size: int = 128,
     import torch
     from torch.utils.data import DataLoader
 
-    from xmr.train.data import PairCollate, PairDataset
+    from xmr.loaders import PairCollate, PairDataset
 
     class PerItem(PairDataset):
         __getitems__ = None  # DataLoader then fetches item by item (the loader before batched reads)
@@ -93,8 +93,9 @@ def vse_inf_model(vocab_words: list[str]):
     """The VSE∞ COCO recipe's model, optimizer and the trainer's step, on the CPU."""
     import torch
 
-    from xmr.config import load_run_config
-    from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer
+    from xmr.run_config import load_run_config
+    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.inference import build_model
     from xmr.utils import seed_everything
 
     cfg = load_run_config(str(ROOT / "config" / "recipes" / "coco" / "vse_inf.yaml"), [])
@@ -111,7 +112,7 @@ def step_rate(split, feats, model, cfg, step, batches: int) -> dict:
     import torch
     from torch.utils.data import DataLoader
 
-    from xmr.train.data import PairCollate, PairDataset
+    from xmr.loaders import PairCollate, PairDataset
 
     loader = DataLoader(PairDataset(split, feats, 36), batch_size=128, shuffle=True,
                         generator=torch.Generator().manual_seed(1), collate_fn=PairCollate(model.text.collate, "train"))

@@ -51,12 +51,13 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xmr.config import load_run_config  # noqa: E402
+from xmr.run_config import load_run_config  # noqa: E402
 from xmr.errors import XmrError  # noqa: E402
 from xmr.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
-from xmr.train.data import PairCollate  # noqa: E402
-from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer, host_sync_every  # noqa: E402
+from xmr.loaders import PairCollate  # noqa: E402
+from xmr.train.trainer import TrainForward, TrainStep, build_optimizer, host_sync_every  # noqa: E402
+from xmr.inference import build_model
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
 VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")

@@ -107,12 +107,31 @@ def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size
     return cfg_dir
 
 
+def xmr_env(**extra: str) -> dict[str, str]:
+    """The environment of an ``xmr`` subprocess: this checkout's package first on the path, one thread (2 shared
+    cores), no fault injection unless ``extra`` sets ``XMR_FAULT``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env.pop("XMR_FAULT", None)
+    env.update(extra)
+    return env
+
+
+def run_xmr(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None, timeout: float = 600,
+            check: bool = False) -> subprocess.CompletedProcess:
+    """``python -m xmr ARGS`` in a subprocess (the one helper every CLI test uses); ``env`` defaults to
+    :func:`xmr_env`; ``check``: the command must succeed (its output is shown when it does not)."""
+    r = subprocess.run([sys.executable, "-m", "xmr", *map(str, args)], cwd=cwd, env=env or xmr_env(),
+                       capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
     """``xmr train`` in a subprocess; with ``kill_after_first_epoch`` it is SIGKILLed as soon as last.pt exists
     (returns the exit code), else it must finish (returns what it printed)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=xmr_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if kill_after_first_epoch:
         deadline = time.time() + 600
         while not (out / "last.pt").exists():
@@ -130,3 +149,16 @@ def history_rows(out: Path) -> list[dict]:
     """history.csv of a run without the wall-clock columns (what must match between a resumed and a straight run)."""
     with open(out / "history.csv") as f:
         return [{k: v for k, v in row.items() if k not in ("seconds", "samples_per_s")} for row in csv.DictReader(f)]
+
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/integration/ drives a real outside component (Snakemake, SLURM, DVC, an MLflow server,
+    Chromium, concurrent processes): it is marked ``integration`` and ``slow``, which `make test-fast` leaves out
+    (`make test` and CI run everything)."""
+    for item in items:
+        if Path(str(item.fspath)).resolve().is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.slow)

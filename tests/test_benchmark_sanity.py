@@ -41,9 +41,10 @@ def small_synth(tmp_path_factory):
 
 def train_and_test(root, seed: int, monkeypatch=None) -> float:
     """VSE++ (its paper's hardest-negative loss) for 6 short epochs; test RSUM."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.evaluation import evaluate_sims
-    from xmr.train.trainer import score_split, train
+    from xmr.train.trainer import train
+    from xmr.inference import score_split
 
     recipe = root / "config" / "recipes" / "synth" / "vsepp.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +102,7 @@ def test_sign_flip_in_the_ranking_loss_is_detected(small_synth, working, monkeyp
 
 
 def test_a_feature_store_of_zeros_is_detected(small_synth, working, monkeypatch):
-    import xmr.train.data as data
+    import xmr.loaders as data
 
     real = data.read_regions
     monkeypatch.setattr(data, "read_regions", lambda feats, idx, m: (torch.zeros_like(real(feats, idx, m)[0]),

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from xmr.cli import main
+
+from conftest import run_xmr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,8 +21,7 @@ HAND = np.array([[0.9, 0.1, 0.8, 0.3],
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "xmr", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return run_xmr(*args, cwd=ROOT)
 
 
 def test_similarity_subprocess_then_evaluate(tmp_path):

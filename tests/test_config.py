@@ -1,15 +1,15 @@
 """Config loading: extends/overrides, schema defaults, and one clear error naming the key for bad input."""
 
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from xmr.config import apply_overrides, deep_merge, load_run_config
+from xmr.config import apply_overrides, deep_merge
+
+from xmr.run_config import load_run_config
 from xmr.errors import XmrError
 
-from conftest import REPO
+from conftest import REPO, run_xmr
 
 
 def test_deep_merge_and_overrides():
@@ -74,9 +74,8 @@ def test_missing_key_is_named(tmp_path):
 
 def test_cli_bad_config_fails_before_work_without_traceback(tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "xmr", "train", "--config",
-                        str(REPO / "config/recipes/synth/vsepp.yaml"), "--out-dir", str(out),
-                        "--set", "loss.margin=-1"], capture_output=True, text=True, cwd=REPO)
+    r = run_xmr("train", "--config", REPO / "config/recipes/synth/vsepp.yaml", "--out-dir", out,
+                "--set", "loss.margin=-1", cwd=REPO)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         f"xmr train: error: {REPO / 'config/recipes/synth/vsepp.yaml'}: loss.margin: -1 is less than the minimum of 0"]
@@ -102,3 +101,20 @@ def test_repeated_set_flags_accumulate():
     for cmd in (["train", "--config", "c.yaml", "--out-dir", "o"], ["synth", "--out", "d"]):
         args = build_parser().parse_args([*cmd, "--set", "train.epochs=1", "--set", "train.threads=1", "x=2"])
         assert args.set == ["train.epochs=1", "train.threads=1", "x=2"], cmd
+
+
+def test_schema_name_lists_follow_the_registries(monkeypatch):
+    """eval.similarity and text.encoder accept exactly the registered names (a new measure needs no schema edit)."""
+    from xmr.models.text import TEXT_ENCODERS
+    from xmr.run_config import run_schema
+    from xmr.similarity import SIMILARITIES, SetMeasure
+
+    props = run_schema()["properties"]
+    assert props["text"]["properties"]["encoder"]["enum"] == TEXT_ENCODERS.names()
+    assert props["eval"]["properties"]["similarity"]["enum"] == [*SIMILARITIES.names(), "model"]
+    with pytest.raises(XmrError, match=r"eval.similarity: 'cosin' is not one of \['chamfer', 'cosine'"):
+        load_run_config(REPO / "config/recipes/synth/vsepp.yaml", ["eval.similarity=cosin"])
+    name = "toy_measure"  # registered for this test only (as a plugin would register it)
+    monkeypatch.setitem(SIMILARITIES._entries, name, SetMeasure(name, SIMILARITIES.get("cosine").reduce, True, 0))
+    cfg = load_run_config(REPO / "config/recipes/synth/vsepp.yaml", [f"eval.similarity={name}"])
+    assert cfg["eval"]["similarity"] == name

@@ -166,7 +166,7 @@ def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
     import contextlib
 
     import xmr.train.trainer as trainer
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
 
     real = trainer.load_split_images
 

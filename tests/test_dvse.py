@@ -6,12 +6,13 @@ import torch
 import torch.nn.functional as F
 
 from xmr.cli import main as cli_main
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.variance_aware import variance_aware_loss
 from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
-from xmr.train.data import ImageDataset, collate_images, load_split_with_features
-from xmr.train.trainer import build_model, load_trained, train
+from xmr.loaders import ImageDataset, collate_images, load_split_with_features
+from xmr.train.trainer import train
+from xmr.inference import build_model, load_trained
 
 VOCAB = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "blue", "circle", "square", "big"]
 CAPTIONS = [["a", "red", "circle"], ["a", "blue", "square"], ["big", "red", "square"], ["a", "circle"],

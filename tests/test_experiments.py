@@ -76,7 +76,7 @@ def test_format_value():
 
 
 def test_variant_resolution_applies_overrides(tiny_synth):
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
 
     recipe = tiny_synth.recipe("vsepp", "exp_vsepp", train={"epochs": 3})
     exp_path = write_experiment(tiny_synth.config_dir, {

@@ -8,7 +8,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +15,18 @@ import pytest
 import torch
 
 from xmr.cli import main
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.errors import XmrError
-from xmr.train.checkpoint import load_checkpoint
+from xmr.io import load_checkpoint
 from xmr.train.trainer import train
+
+from conftest import run_xmr
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "xmr", *args], env=env, capture_output=True, text=True, timeout=600)
+    return run_xmr(*args)
 
 
 def _one_line_error(text: str, command: str) -> str:

@@ -92,7 +92,7 @@ def test_graph_reader_sees_the_edges_it_should():
     assert "xmr.inference" in graph["xmr.train.trainer"]
     assert "xmr.inference" in graph["xmr.commands.score"]  # imported inside run(): still counted
     assert "xmr.rerank" in graph["xmr.evaluation.protocols"]
-    assert {"xmr.train", "xmr.train.data"} <= graph["xmr.inference"]  # parent package counted
+    assert {"xmr.models", "xmr.models.image_backbone"} <= graph["xmr.inference"]  # parent package counted
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -119,6 +119,98 @@ def test_inference_never_imports_the_trainer():
 
 def test_import_graph_has_no_cycle():
     assert find_cycle(import_graph()) is None
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the package's first-level parts (``xmr.config``, ``xmr.methods``, ...)."""
+    def part(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        out.setdefault(part(mod), set()).update(part(d) for d in deps if part(d) != part(mod))
+    return out
+
+
+def test_no_package_level_cycle():
+    # e.g. config -> methods -> models -> text -> config, which module-level edges alone do not show
+    assert package_graph({"xmr.a.x": {"xmr.b.y"}, "xmr.b.y": {"xmr.a.z"}, "xmr.a.z": set()}) == {
+        "xmr.a": {"xmr.b"}, "xmr.b": {"xmr.a"}}
+    assert find_cycle(package_graph(import_graph())) is None
+
+
+def test_the_library_never_imports_train():
+    """train/ holds only the trainer, samplers, distributed and schedules; loaders, the end-to-end backbone,
+    checkpoint I/O and the model factory are library (inference, report, commands use them without training)."""
+    offenders = sorted(f"{m} -> {d}" for m, deps in import_graph().items() for d in deps
+                       if d.startswith("xmr.train") and not m.startswith("xmr.train") and m != "xmr.commands.train")
+    assert offenders == []
+
+
+RUN_ROOTS = ("runs", "results")
+NAMED_BY_LAYOUT = {"layout.py"}  # the run-key module
+
+
+def run_paths_built(path: Path) -> list[str]:
+    """Places where a module builds a path under runs/ or results/ itself: a string ``"runs"``/``"results"`` as a
+    parameter default or a ``Path(...)`` argument, or a string or f-string starting ``runs/``/``results/`` outside
+    an error message, a help text or a docstring."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+        messages = []
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            messages.append(node.exc)
+        if isinstance(node, ast.Call):
+            messages += [k.value for k in node.keywords if k.arg in ("help", "description")]
+            if isinstance(node.func, (ast.Name, ast.Attribute)) and getattr(node.func, "id", getattr(
+                    node.func, "attr", "")) in ("print", "warn", "XmrError", "log_line", "note", "write"):
+                messages += node.args
+        for m in messages:
+            skip.update(id(n) for n in ast.walk(m))
+        if isinstance(node, ast.JoinedStr):  # judged as a whole, by its first piece
+            skip.update(id(v) for v in node.values)
+    out: list[tuple[int, int, str]] = []
+
+    def starts(n: ast.AST) -> str | None:
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            return n.value
+        if isinstance(n, ast.JoinedStr) and n.values and isinstance(n.values[0], ast.Constant):
+            return n.values[0].value
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.args.defaults + node.args.kw_defaults:
+                if d is not None and starts(d) in RUN_ROOTS:
+                    out.append((d.lineno, d.col_offset, f"default {starts(d)!r}"))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Path" and node.args and \
+                starts(node.args[0]) in RUN_ROOTS:
+            out.append((node.lineno, node.col_offset, f"Path({starts(node.args[0])!r})"))
+        elif id(node) not in skip and isinstance(node, (ast.Constant, ast.JoinedStr)):
+            text = starts(node)
+            if text and text.startswith(tuple(f"{r}/" for r in RUN_ROOTS)) and (
+                    isinstance(node, ast.JoinedStr) or " " not in text):
+                out.append((node.lineno, node.col_offset, repr(text)))
+    return [f"{path.name}:{line}: {what}" for line, _, what in sorted(out)]
+
+
+def test_run_path_reader_finds_built_paths(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('"""Docs about runs/{dataset}."""\nfrom pathlib import Path\n\n'
+                 'def f(d, root="runs"):\n    raise ValueError(f"runs/{d}: missing")\n\n'
+                 'def g(d):\n    return Path("results") / d, f"runs/{d}/best.pt"\n')
+    assert [hit.split(": ", 1)[1] for hit in run_paths_built(p)] == ["default 'runs'", "Path('results')",
+                                                                     "'runs/'"]
+
+
+def test_no_run_or_result_path_is_built_outside_the_run_key_module():
+    found = [hit for p in sorted(PKG.rglob("*.py")) if p.name not in NAMED_BY_LAYOUT
+             or p.parent != PKG for hit in run_paths_built(p)]
+    assert found == []
 
 
 FILE_CALLS = {"read_text", "read_bytes", "open", "load_yaml", "safe_load", "exists", "is_file", "glob", "iterdir"}

@@ -197,8 +197,9 @@ def test_scan_download_alone_trains_and_scores(tmp_path):
     """A user with only the SCAN folder (no JSON, no images): `precomp` dataset + imported features train."""
     import yaml
 
-    from xmr.config import load_run_config
-    from xmr.train.trainer import score_split, train
+    from xmr.run_config import load_run_config
+    from xmr.train.trainer import train
+    from xmr.inference import score_split
 
     rng = np.random.default_rng(0)
     words = ["dog", "cat", "man", "red", "ball", "runs", "sits", "beach", "grass", "sofa"]

@@ -8,7 +8,7 @@ import torch
 
 import xmr
 from xmr.cli import main
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.data import load_split
 from xmr.train.trainer import train
 

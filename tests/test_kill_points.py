@@ -10,10 +10,8 @@ one shard per batch, then the assembled store (last)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -21,17 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.train.checkpoint import load_checkpoint
+from xmr.io import load_checkpoint
+
+from conftest import run_xmr, xmr_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _xmr(args: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    env.pop("XMR_FAULT", None)
-    if fault:
-        env["XMR_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "xmr", *args], env=env, capture_output=True, text=True, timeout=600)
+    return run_xmr(*args, env=xmr_env(**({"XMR_FAULT": fault} if fault else {})))
 
 
 def _readable_or_absent(out: Path) -> None:

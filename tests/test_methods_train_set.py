@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.config import load_run_config
-from xmr.train.data import load_split_with_features
-from xmr.train.trainer import encode_split, load_trained, score_split, train
+from xmr.run_config import load_run_config
+from xmr.loaders import load_split_with_features
+from xmr.train.trainer import train
+from xmr.inference import encode_split, load_trained, score_split
 
 
 def naive_set_score(x: torch.Tensor, y: torch.Tensor, measure: str, alpha: float = 16.0) -> float:

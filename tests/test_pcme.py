@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, match_probability, released_vib_kl,
                                       sample_gaussian, soft_contrastive_loss, uniformity_loss)
-from xmr.train.trainer import score_split, train
+from xmr.train.trainer import train
+from xmr.inference import score_split
 
 
 def logistic(x: float) -> float:

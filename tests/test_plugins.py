@@ -27,6 +27,8 @@ from xmr.models.pooling import mean_pool
 from xmr.models.text import build_text_encoder
 from xmr.rerank.base import RERANKERS, RerankerSpec, Rescoring
 
+from conftest import run_xmr
+
 
 @METHODS.register("toy")
 class Toy(RetrievalModel):
@@ -74,9 +76,7 @@ def _git_state() -> str:
 
 
 def _xmr(env, cwd, *args) -> str:
-    r = subprocess.run([sys.executable, "-m", "xmr", *args], env=env, cwd=cwd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
+    return run_xmr(*args, env=env, cwd=cwd, check=True).stdout
 
 
 def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):

@@ -14,7 +14,7 @@ from xmr.workflow_inputs import rerank_inputs, rerank_options
 
 @pytest.fixture(scope="module")
 def trained(tiny_synth, tmp_path_factory):
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.train.trainer import train
 
     out = tmp_path_factory.mktemp("qb") / "run"
@@ -25,8 +25,8 @@ def trained(tiny_synth, tmp_path_factory):
 def test_bank_shapes_and_values(trained):
     import torch
 
-    from xmr.train.data import load_split_images
-    from xmr.train.trainer import encode_split, load_trained, score_bank
+    from xmr.loaders import load_split_images
+    from xmr.inference import encode_split, load_trained, score_bank
 
     i2t, t2i, info = score_bank(trained, "train", max_images=7, device="cpu", progress=False)
     # tiny synth: 12 test images x 5 captions; the bank is the first 7 training images and their 35 captions

@@ -151,10 +151,11 @@ def test_fr_grid_matches_direct_evaluations():
 @pytest.fixture(scope="module")
 def tiny_project(tiny_synth, tmp_path_factory):
     """runs/ and results/ of a tiny vsepp and a tiny dvse (1 epoch each) on the tiny_synth fixture."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.io import atomic_path, write_json
     from xmr.results import evaluate_run
-    from xmr.train.trainer import score_split, train
+    from xmr.train.trainer import train
+    from xmr.inference import score_split
 
     root = tmp_path_factory.mktemp("report_project")
     runs, results = root / "runs", root / "results"
@@ -237,8 +238,8 @@ def test_attention_maps_are_probabilities_over_regions(tiny_project):
     import torch
 
     from xmr.report.figures import image_attention
-    from xmr.train.data import load_split_with_features
-    from xmr.train.trainer import load_trained
+    from xmr.loaders import load_split_with_features
+    from xmr.inference import load_trained
 
     model, cfg = load_trained(tiny_project["runs"] / "synth" / "rep_dvse")
     data, feats = load_split_with_features(cfg, "test")

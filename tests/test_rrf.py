@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from xmr.cli import main as xmr_main
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.errors import XmrError
 from xmr.losses.bi_rank import bi_rank_loss
 from xmr.losses.triplet import triplet_loss
@@ -20,7 +20,8 @@ from xmr.methods.rrf import RecurrentResidualFusion, RRFBranch, RRFNet
 from xmr.workflow_inputs import recipe_text_feature_files
 from xmr.models.text_precomputed import PrecomputedTextEncoder
 from xmr.text.hglmm import HGLMMModel
-from xmr.train.trainer import score_split, train
+from xmr.train.trainer import train
+from xmr.inference import score_split
 
 REPO = Path(__file__).resolve().parents[1]
 

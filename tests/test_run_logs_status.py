@@ -6,13 +6,10 @@ FINISHED, with each epoch's metrics once; a killed one that is started over is m
 """
 
 import csv
-import os
 import signal
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO, train_cli
+from conftest import run_xmr, train_cli
 
 from xmr.progress import parse_line
 
@@ -85,9 +82,7 @@ def test_killed_training_started_over_is_marked_killed(tracked, tmp_path):
     assert train_cli(recipe, out, kill_after_first_epoch=True) == -signal.SIGKILL
     _, runs = _mlflow_runs(uri, "status_test")
     killed_id = runs[0].info.run_id
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out),
-                           "--no-progress", "--no-resume"], env=env, capture_output=True, text=True, timeout=900)
+    proc = run_xmr("train", "--config", recipe, "--out-dir", out, "--no-progress", "--no-resume", timeout=900)
     assert proc.returncode == 0, proc.stderr
     _, runs = _mlflow_runs(uri, "status_test")
     status = {r.info.run_id: r.info.status for r in runs}

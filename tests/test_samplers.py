@@ -84,7 +84,7 @@ def test_caption_text_positives_by_hand():
 
 
 def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.train.trainer import train
 
     # tiny synth: 48 images x 5 captions, labelled with their main shape (fewer classes than pairs)
@@ -98,7 +98,7 @@ def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
 def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch):
     """With train.positives: caption_text every loss call gets the mask of the batch's own caption texts: a
     caption with the same words as one of image i's captions is a positive for image i, whatever its image."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.data import load_split
     from xmr.methods.vsepp import VSEPP
     from xmr.train.trainer import train
@@ -130,7 +130,7 @@ def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch
         return original(self, img, txt, pos_mask, epoch)
 
     monkeypatch.setattr(VSEPP, "compute_loss", spy)
-    from xmr.train import data as train_data_module
+    from xmr import loaders as train_data_module
     batches = []
     collate = train_data_module.PairCollate.__call__
 
@@ -199,7 +199,7 @@ def test_gathered_loss_gradient_equals_one_process_on_the_global_batch(tmp_path)
 
 
 def test_gather_negatives_is_refused_for_methods_with_per_batch_state(tiny_synth, tmp_path):
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.train.trainer import train
 
     recipe = tiny_synth.recipe("coder", name="coder_gather", train={"gather_negatives": True})
@@ -227,9 +227,10 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     """The trainer's own step (TrainStep; DDP-wrapped when ``ctx`` is enabled) of a method's synth recipe, shrunk,
     on pairs ``rows`` of ``inputs``: the loss terms, each parameter's gradient and value after the optimizer step,
     and the buffers."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.text.vocab import SPECIALS
-    from xmr.train.trainer import TrainForward, TrainStep, build_model, build_optimizer
+    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.inference import build_model
     from xmr.utils import seed_everything
 
     method = inputs["method"]

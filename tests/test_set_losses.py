@@ -221,7 +221,7 @@ def test_variance_aware_summed_hinges_by_hand():
 
 
 def test_pvse_warmup_sums_hinges_then_takes_the_hardest(tiny_synth):
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.methods.base import METHODS
 
     vocab = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "circle", "blue", "square"]

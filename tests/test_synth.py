@@ -1,12 +1,12 @@
 """synth v2: caption truth, the false-negative statistic (v2 low, v1 high), the ambiguous subset, determinism."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from xmr.data.synth import caption_true_of, cell_of, generate_synth, relation_of, synth_stats
+
+from conftest import run_xmr
 
 W = 120  # image side for the hand-made scenes: cells are [0, 40), [40, 80), [80, 120)
 
@@ -96,12 +96,10 @@ def test_generation_is_deterministic(tmp_path):
 
 
 def test_stats_cli_prints_json_and_names_a_missing_file(two_styles, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "xmr", "synth", "--stats", str(two_styles["v2"]), "--batches", "3"],
-                         capture_output=True, text=True)
+    out = run_xmr("synth", "--stats", two_styles["v2"], "--batches", "3")
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout)
     for key in ("false_negative_rate_b128", "caption_length", "vocabulary_size", "objects_per_image", "splits"):
         assert key in stats
-    bad = subprocess.run([sys.executable, "-m", "xmr", "synth", "--stats", str(tmp_path / "none.json")],
-                         capture_output=True, text=True)
+    bad = run_xmr("synth", "--stats", tmp_path / "none.json")
     assert bad.returncode == 2 and "none.json: not found" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,4 +1,4 @@
-"""End-to-end training from images (features.source: images; xmr/train/e2e.py) at toy size: 64 px synth images
+"""End-to-end training from images (features.source: images; xmr/models/image_backbone.py) at toy size: 64 px synth images
 through EfficientNet-Lite0 (2 x 2 grid) inside the model."""
 
 import json
@@ -10,13 +10,14 @@ import torch
 from conftest import REPO, history_rows, train_cli
 from PIL import Image
 
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.errors import XmrError
 from xmr.features.backbones import build_backbone
-from xmr.train.checkpoint import load_checkpoint
-from xmr.train.data import TrainAugment
-from xmr.train.e2e import FinetunedBackbone
-from xmr.train.trainer import build_model, build_optimizer, score_split, train
+from xmr.io import load_checkpoint
+from xmr.loaders import TrainAugment
+from xmr.models.image_backbone import FinetunedBackbone
+from xmr.train.trainer import build_optimizer, train
+from xmr.inference import build_model, score_split
 
 E2E = {"source": "images"}
 

@@ -162,7 +162,7 @@ def loss_only_model(*overrides):
     """A VSE2AD whose compute_loss sees the loss config of the synth recipe plus ``overrides`` (no weights)."""
     from pathlib import Path
 
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.methods.vse_2ad import VSE2AD
 
     cfg = load_run_config(Path(__file__).resolve().parents[1] / "config" / "recipes" / "synth" / "vse_2ad.yaml",

@@ -80,7 +80,7 @@ class Benchmark:
         return [f"{k}={json.dumps(v)}" for k, v in over.items()]
 
     def run_config(self, variant: str, seed: int) -> dict:
-        from xmr.config import load_run_config
+        from xmr.run_config import load_run_config
 
         return load_run_config(self.recipe_path(variant), self.train_overrides(variant, seed))
 

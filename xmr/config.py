@@ -13,7 +13,7 @@ import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import yaml
 
@@ -160,27 +160,6 @@ def load_backbone_config(name: str, config_dir: str | os.PathLike = "config") ->
         raise XmrError(f"{path}: no backbone {name!r}; known: {', '.join(sorted(table))}")
     cfg = validate(dict(table[name]), "backbone", f"{path}:{name}")
     cfg.setdefault("key", name)
-    return cfg
-
-
-def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> dict:
-    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``."""
-    path = Path(path)
-    cfg = apply_overrides(_load_with_extends(path), overrides)
-    cfg.setdefault("name", path.stem)
-    src = str(path)
-    validate(cfg, "run", src)
-    from xmr.methods import METHODS
-
-    if cfg["method"] not in METHODS:
-        raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
-                       f"{', '.join(METHODS.names())}")
-    method = METHODS.get(cfg["method"])
-    validate(cfg, method.schema, src)
-    config_dir = find_config_dir(path.resolve().parent)
-    cfg["dataset_cfg"] = load_dataset_config(cfg["dataset"], config_dir)
-    if cfg.get("features", {}).get("backbone"):
-        cfg["backbone_cfg"] = load_backbone_config(cfg["features"]["backbone"], config_dir)
     return cfg
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from xmr.layout import result_path
 from xmr.errors import XmrError
 
 #: backbone family -> (module it needs, how to get it); families not listed need only xmr's requirements
@@ -234,7 +235,8 @@ def _check_tracking(rep: Report, cfg: dict | None) -> None:
 
 def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "config") -> Report:
     """What ``results/{dataset}/{target}.json`` (or, without a target, the dataset) needs and what is missing."""
-    from xmr.config import load_dataset_config, load_run_config
+    from xmr.config import load_dataset_config
+    from xmr.run_config import load_run_config
     from xmr.layout import parse_target, recipe_path
     from xmr.workflow_inputs import recipe_features
 
@@ -280,7 +282,7 @@ def workflow_preflight(workflow: Any, dataset: str, target: str, config_dir: str
     if not getattr(workflow, "is_main_process", True) or (dataset, target) in _checked:
         return 0
     _checked.add((dataset, target))
-    return preflight_targets([f"results/{dataset}/{target}.json"], config_dir, stream)
+    return preflight_targets([str(result_path(dataset, target))], config_dir, stream)
 
 
 def preflight_targets(targets: Iterable[str], config_dir: str | Path = "config", stream=None) -> int:

@@ -248,7 +248,7 @@ def resolve_variant(exp: Experiment, variant: str, dataset: str | None = None,
 
     Every override key must exist in the recipe's resolved config (a misspelt key would silently sweep nothing).
     """
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.layout import recipe_path
 
     dataset = dataset or exp.datasets[0]

@@ -26,9 +26,9 @@ from torch.utils.data import DataLoader
 from xmr.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
 from xmr.progress import log_line
-from xmr.train.checkpoint import load_checkpoint
-from xmr.train.data import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
-from xmr.train.e2e import build_image_backbone, image_input_settings, is_end_to_end
+from xmr.io import load_checkpoint
+from xmr.loaders import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
+from xmr.models.image_backbone import build_image_backbone, image_input_settings, is_end_to_end
 from xmr.utils import resolve_device
 
 
@@ -54,7 +54,7 @@ def _to(batch: dict, device: torch.device) -> dict:
 def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
                  max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode).
-    ``feats``: the split's image side from :func:`xmr.train.data.load_split_images` (features or image files)."""
+    ``feats``: the split's image side from :func:`xmr.loaders.load_split_images` (features or image files)."""
     from tqdm import tqdm
 
     model.eval()
@@ -236,7 +236,7 @@ class Model:
         if missing:
             raise XmrError(f"{missing[0]}: image file not found")
         if is_end_to_end(self.cfg):  # the fine-tuned backbone is part of the model
-            from xmr.train.data import ImageFiles
+            from xmr.loaders import ImageFiles
 
             size, resize, max_size = image_input_settings(self.cfg)
             dataset, collate = image_loader_parts(ImageFiles(paths, size, resize, max_size), list(range(len(paths))))

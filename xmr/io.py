@@ -157,3 +157,24 @@ def require_file(path: str | os.PathLike, hint: str) -> Path:
     if not path.exists():
         raise XmrError(f"{path}: not found; {hint}")
     return path
+
+
+# -- checkpoints: tensors and plain data only, so they load with torch.load(weights_only=True) ----------------
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    with atomic_path(path, ".pt") as tmp:
+        import torch
+
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> dict[str, Any]:
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        raise XmrError(f"{path}: checkpoint not found; train the run first (`xmr train`)")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling problem is a bad file for the user
+        raise XmrError(f"{path}: cannot load checkpoint ({type(e).__name__}: {str(e).splitlines()[0]})") from None

@@ -71,6 +71,16 @@ def results_dir(dataset: str, results_root: str | os.PathLike = RESULTS_ROOT, ex
     return root / RUN_KINDS["experiment"] / experiment if experiment else root
 
 
+def fr_grid_dir(dataset: str, recipe: str, split: str, results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
+    """``results/{dataset}/fr_grid/{recipe}/{split}/``: FR's gamma x lambda grid of a run (rule ``fr_grid``)."""
+    return Path(results_root) / dataset / "fr_grid" / recipe / split
+
+
+def tracked_result_name(run_name: str, tag: str) -> str:
+    """The name of a results file among its run's MLflow artifacts: ``results/{run name}_{tag}.json``."""
+    return f"{RESULTS_ROOT}/{run_name}_{tag}.json"
+
+
 def target_name(recipe: str, reranker: str | None = None) -> str:
     """The inverse of :func:`parse_target`: ``dvse`` + ``fr`` -> ``dvse_fr``."""
     return f"{recipe}_{reranker}" if reranker else recipe

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from xmr.layout import tracked_result_name
 from xmr.config import load_yaml
 from xmr.errors import XmrError
 from xmr.io import read_json, write_json
@@ -61,7 +62,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
             tag = rerank or "plain"
             for p, m in by_protocol.items():
                 tracker.log_metrics(metrics_to_flat(m, f"test_{tag}/{p}"))
-            tracker.log_dict(result, f"results/{cfg['name']}_{tag}.json")
+            tracker.log_dict(result, tracked_result_name(cfg["name"], tag))
     return result
 
 

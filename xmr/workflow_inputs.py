@@ -68,7 +68,7 @@ def run_config_files(key: RunKey, config_dir: str | Path = "config") -> list[str
 def run_config(key: RunKey, extra: Iterable[str] = (), config_dir: str | Path = "config") -> dict:
     """The run's validated config: its recipe with the experiment's or benchmark's overrides, then ``extra``
     ``KEY.PATH=VALUE`` strings (``xmr train --set``)."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
 
     if key.kind == "experiment":
         from xmr.experiments import resolve_variant

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from xmr.cli import main
-from xmr.config import load_run_config
+from xmr.run_config import load_run_config
 from xmr.report.tables import result_rows
 from xmr.results import evaluate_run, write_results
-from xmr.train.trainer import score_split, train
+from xmr.train.trainer import train
+from xmr.inference import score_split
 
 from .helpers import REPO, stop_group
 

@@ -11,7 +11,7 @@ import yaml
 
 from .helpers import BIN, copy_repo, run, tool_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration
 
 TARGETS = ["results/synth/dvse.json", "results/synth/exp/dvse_k_sweep/k_1.json",
            "results/synth/bench/benchmark/dvse/s0.json"]

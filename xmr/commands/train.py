@@ -53,7 +53,7 @@ def run(args):
         child += ["--no-progress"] if args.no_progress else []
         return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)
 
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.train.trainer import train
 
     if args.run:

@@ -59,7 +59,7 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
 
 def resize_image(im, size: int, resize: str = "squash", max_size: int | None = None):
     """A PIL image -> ``(uint8 (3, H, W) network input, geometry)``: the one image preprocessing, shared by
-    extraction and end-to-end training (:mod:`xmr.train.e2e`). Geometry = ``[w, h, sx, sy, left, top]``:
+    extraction and end-to-end training (:mod:`xmr.models.image_backbone`). Geometry = ``[w, h, sx, sy, left, top]``:
     original size, scale factors and crop offset (input = original * scale - offset)."""
     from PIL import Image
 

@@ -32,6 +32,9 @@ class RetrievalModel(nn.Module):
     # True when compute_loss is a function of (img, txt, pos_mask), the per-pair tensors gather_aux gathers and
     # parameters only, so that DDP can gather every process's pairs into one global batch (train.gather_negatives)
     gathered_loss: ClassVar[bool] = False
+    # config sections that make the method small enough for the registry's conformance test at toy size (48
+    # training images, embeddings of 32; tests/test_method_conformance.py); a new method sets what it needs
+    conformance_overrides: ClassVar[dict] = {}
 
     def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()
@@ -40,7 +43,7 @@ class RetrievalModel(nn.Module):
         # dataset image indices of the current training batch, set by the trainer before each forward (memory
         # banks use them to recognise entries of the same image); None outside the trainer
         self.batch_image_index: torch.Tensor | None = None
-        # end-to-end training (features.source: images): the trainer attaches an xmr.train.e2e.FinetunedBackbone
+        # end-to-end training (features.source: images): the trainer attaches an xmr.models.image_backbone.FinetunedBackbone
         self.image_backbone: nn.Module | None = None
 
     # -- encoders ---------------------------------------------------------------------------------

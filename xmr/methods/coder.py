@@ -168,6 +168,7 @@ def concept_adjacency(counts: np.ndarray, n: np.ndarray, eps: float, mode: str =
 # -- the method ------------------------------------------------------------------------------------------------
 @METHODS.register("coder")
 class CODER(RetrievalModel):
+    conformance_overrides = {"model": {"queue_size": 64, "n_prototypes": 16}}
     schema = {
         "type": "object",
         "properties": {

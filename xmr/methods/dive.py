@@ -38,6 +38,7 @@ SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
 
 @METHODS.register("dive")
 class DivE(RetrievalModel):
+    conformance_overrides = {"model": {"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8}}
     gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
     schema = {
         "type": "object",

@@ -75,6 +75,7 @@ def _mean_over_processes(x: torch.Tensor) -> torch.Tensor:
 
 @METHODS.register("dvse")
 class DVSE(RetrievalModel):
+    conformance_overrides = {"model": {"num_embeds": 3}}
     gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
     schema = {
         "type": "object",

@@ -26,6 +26,7 @@ TRAIN_SIMILARITIES = ["max", "mean", "chamfer", "smooth_chamfer"]
 
 @METHODS.register("pvse")
 class PVSE(RetrievalModel):
+    conformance_overrides = {"model": {"num_embeds": 2}}
     gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
     schema = {
         "type": "object",

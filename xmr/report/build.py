@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xmr.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, fr_grid_dir
 from xmr.errors import XmrError
 from xmr.io import read_json
 from xmr.report.tables import RECALLS, fmt, result_rows
@@ -75,7 +76,7 @@ def _result_paths(dataset: str, recipes: list[str], rerank: list[str],
     found, missing = [], []
     for recipe in recipes:
         for rr in rerank:
-            p = results_root / dataset / (f"{recipe}.json" if rr == "none" else f"{recipe}_{rr}.json")
+            p = RunKey.recipe(dataset, recipe).result_path(rr, results_root)
             (found if p.exists() else missing).append(p if p.exists() else str(p))
     return found, missing
 
@@ -173,8 +174,8 @@ def curves_section(dataset: str, recipes: list[str], runs_root: Path, out: Path)
     from xmr.report.figures import load_history, plot_training_curves
 
     sec = Section("Training curves")
-    histories = {r: load_history(runs_root / dataset / r) for r in recipes
-                 if (runs_root / dataset / r / "history.csv").exists()}
+    runs = {r: RunKey.recipe(dataset, r).run_dir(runs_root) for r in recipes}
+    histories = {r: load_history(run) for r, run in runs.items() if (run / "history.csv").exists()}
     if not histories:
         sec.note(f"No training history under {runs_root / dataset}/*/history.csv yet.")
         return sec
@@ -229,7 +230,7 @@ def fr_grid_section(dataset: str, settings: dict, results_root: Path, runs_root:
     if not fg["recipes"]:
         sec.note("No recipe configured (config/report.yaml `fr_grid.recipes`).")
     for recipe in fg["recipes"]:
-        path = results_root / dataset / "fr_grid" / recipe / fg["split"] / "fr_grid.json"
+        path = fr_grid_dir(dataset, recipe, fg["split"], results_root) / "fr_grid.json"
         if not path.exists():
             sec.note(f"{recipe}: no FR grid yet; build it with `snakemake -c2 {path}`.")
             continue
@@ -244,7 +245,7 @@ def fr_grid_section(dataset: str, settings: dict, results_root: Path, runs_root:
                  f"λ1 = {f['lambda1']:g}, λ2 = {f['lambda2']:g} give {f['rsum']:.1f}. Configured FR scales: "
                  + ", ".join(f"{k} = {v:g}" for k, v in (grid.get("configured") or {}).items()) + ".")
         sec.figure(png, "Image→text recall sum over (γ1, γ2), text→image over (λ1, λ2), and RSUM with tied "
-                        "scales; red: best cell, white dashed: the configured scales.", runs_root / dataset / recipe)
+                        "scales; red: best cell, white dashed: the configured scales.", RunKey.recipe(dataset, recipe).run_dir(runs_root))
     return sec
 
 
@@ -262,7 +263,7 @@ def examples_section(dataset: str, settings: dict, rows: list[dict], runs_root: 
     if recipe is None:
         sec.note("No trained run to show examples from.")
         return sec
-    run = runs_root / dataset / recipe
+    run = RunKey.recipe(dataset, recipe).run_dir(runs_root)
     sims = run / "test_sims.npy"
     if not sims.exists():
         sec.note(f"{recipe}: no test similarities ({sims}); build them with `snakemake -c2 {sims}`.")
@@ -293,7 +294,7 @@ def subembeddings_section(dataset: str, settings: dict, runs_root: Path, out: Pa
     if not se["recipes"]:
         sec.note("No set-based recipe configured (config/report.yaml `subembeddings.recipes`).")
     for recipe in se["recipes"]:
-        run = runs_root / dataset / recipe
+        run = RunKey.recipe(dataset, recipe).run_dir(runs_root)
         if not (run / "best.pt").exists():
             sec.note(f"{recipe}: not trained on {dataset} yet ({run / 'best.pt'}).")
             continue
@@ -322,7 +323,7 @@ def subembeddings_section(dataset: str, settings: dict, runs_root: Path, out: Pa
 # -- assembly and rendering ---------------------------------------------------------------------------------------
 
 def build_report(datasets: list[str], out_dir: str | os.PathLike, config_dir: str | os.PathLike = "config",
-                 results_root: str | os.PathLike = "results", runs_root: str | os.PathLike = "runs") -> Report:
+                 results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT) -> Report:
     """Build every section (writing the figures into ``out_dir``); rendering is separate."""
     from xmr.report.settings import report_methods, report_settings
 
@@ -485,7 +486,7 @@ def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
 
 
 def write_report(datasets: list[str], out_dir: str | os.PathLike, config_dir: str | os.PathLike = "config",
-                 results_root: str | os.PathLike = "results", runs_root: str | os.PathLike = "runs",
+                 results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                  track: bool | None = None) -> dict[str, Any]:
     """Build and write ``report.html`` and ``report.md`` (figures beside them); ``track`` (default: the settings'
     ``mlflow``) logs the figures to MLflow."""

@@ -44,7 +44,7 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     """
     from torch.utils.data import DataLoader
 
-    from xmr.train.data import image_input, image_loader_parts, load_split_images
+    from xmr.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference import load_trained
     from xmr.utils import resolve_device
 

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from xmr.layout import RESULTS_ROOT, RUNS_ROOT
 from xmr.errors import XmrError
 from xmr.experiments import PLAIN, Experiment
 from xmr.io import read_json
@@ -31,8 +32,8 @@ def changes_text(exp: Experiment, variant: str) -> str:
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in over.items())
 
 
-def experiment_rows(exp: Experiment, dataset: str, results_root: str | os.PathLike = "results",
-                    runs_root: str | os.PathLike = "runs",
+def experiment_rows(exp: Experiment, dataset: str, results_root: str | os.PathLike = RESULTS_ROOT,
+                    runs_root: str | os.PathLike = RUNS_ROOT,
                     config_dir: str | os.PathLike = "config") -> tuple[list[dict], list[str]]:
     """(rows, missing): one row per variant x re-ranker whose results file exists; the paths that do not."""
     exp.check_dataset(dataset)
@@ -197,7 +198,7 @@ def plot_experiment(exp: Experiment, rows: list[dict], out_png: str | os.PathLik
 
 
 def write_experiment_table(exp: Experiment, dataset: str, out_dir: str | os.PathLike | None = None,
-                           results_root: str | os.PathLike = "results", runs_root: str | os.PathLike = "runs",
+                           results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                            config_dir: str | os.PathLike = "config", allow_missing: bool = True) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv`` and ``figure.png`` (default folder ``results/{dataset}/exp/{name}``)."""
     from xmr.io import atomic_path

@@ -278,7 +278,7 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     """DVSE Fig. 10 from a trained set-based run: the attention of each image sub-embedding over test images."""
     import torch
 
-    from xmr.train.data import image_input, image_loader_parts, load_split_images
+    from xmr.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference import load_trained
 
     model, cfg = load_trained(run_dir, device)

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from xmr.layout import RUNS_ROOT, RunKey
 from xmr.io import read_json
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
@@ -21,17 +22,19 @@ COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM"]
 SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min)"]
 
 
-def run_dir_of(result: dict, runs_root: str | os.PathLike = "runs") -> Path:
-    """The run directory a results file was computed from: ``run_dir`` when the file records it, else the
-    workflow's layout (``runs/{dataset}/{recipe}``; experiment variants ``{experiment}.{variant}`` live in
-    ``runs/{dataset}/exp/{experiment}/{variant}``)."""
+def run_dir_of(result: dict, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+    """The run directory a results file was computed from: ``run_dir`` when the file records it, else the run key
+    its run name gives (``{recipe}``, ``{experiment}.{variant}``, ``{benchmark}.{variant}.s{seed}``)."""
     if result.get("run_dir"):
         return Path(result["run_dir"])
-    recipe = str(result["recipe"])
-    if "." in recipe:
-        experiment, variant = recipe.split(".", 1)
-        return Path(runs_root) / result["dataset"] / "exp" / experiment / variant
-    return Path(runs_root) / result["dataset"] / recipe
+    parts = str(result["recipe"]).split(".")
+    if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
+        key = RunKey.benchmark(result["dataset"], parts[0], parts[1], int(parts[2][1:]))
+    elif len(parts) == 2:
+        key = RunKey.experiment(result["dataset"], parts[0], parts[1])
+    else:
+        key = RunKey.recipe(result["dataset"], parts[0])
+    return key.run_dir(runs_root)
 
 
 def train_seconds(run_dir: str | os.PathLike) -> float | None:
@@ -57,7 +60,7 @@ def metric_row(metrics: dict) -> dict[str, Any]:
     return row
 
 
-def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike = "runs",
+def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike = RUNS_ROOT,
                 all_protocols: bool = False) -> list[dict]:
     """One row per results file (its headline protocol), or per file x protocol with ``all_protocols``."""
     rows = []
@@ -98,7 +101,7 @@ def csv_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
 
 
 def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathLike,
-                  runs_root: str | os.PathLike = "runs") -> dict:
+                  runs_root: str | os.PathLike = RUNS_ROOT) -> dict:
     """``summary.json`` (DVC metrics: target -> headline metrics), ``summary.md`` (the README table, with the
     training time from each run's ``train.json``) and ``summary.csv``."""
     from xmr.io import atomic_path, write_json

@@ -26,16 +26,17 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
-from xmr.inference import _to, build_model, encode_split, load_trained, score_bank, score_split  # noqa: F401
+from xmr.inference import _to, build_model, encode_split
 from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
-from xmr.train.checkpoint import load_checkpoint, save_checkpoint
-from xmr.train.data import PairCollate, PairDataset, feature_path, image_input, load_split_images
-from xmr.train.e2e import backbone_frozen, check_image_source, is_end_to_end, loss_scale
+from xmr.io import load_checkpoint, save_checkpoint
+from xmr.layout import feature_path
+from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
+from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
                                  positive_mask)
 from xmr.train.schedule import lr_factor
@@ -216,7 +217,7 @@ def _check_finite(nonfinite: torch.Tensor, epoch: int, first: int, it: int, last
 
 
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
-    """Train ``cfg`` (a resolved run config from :func:`xmr.config.load_run_config`) into ``out_dir``."""
+    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``."""
     from tqdm import tqdm
 
     out = Path(out_dir)

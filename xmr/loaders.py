@@ -18,8 +18,8 @@ from xmr.data.base import CaptionedSplit, load_split
 from xmr.errors import XmrError
 from xmr.features.decode import read_image
 from xmr.features.store import FeatureFile
-from xmr.layout import feature_path  # noqa: F401 - re-exported (the trainer uses it)
-from xmr.train.e2e import image_input_settings, is_end_to_end
+from xmr.layout import feature_path
+from xmr.models.image_backbone import image_input_settings, is_end_to_end
 
 
 def load_split_with_features(cfg: dict, split: str) -> tuple[CaptionedSplit, FeatureFile]:
