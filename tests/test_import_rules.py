@@ -147,6 +147,30 @@ def test_the_library_never_imports_train():
     assert offenders == []
 
 
+FLOORS = {  # docs/architecture.md "Floors": a module may import its own floor and the ones below
+    0: ("xmr.errors", "xmr.registry", "xmr.utils", "xmr.progress", "xmr.reproducibility", "xmr.io"),
+    1: ("xmr.losses", "xmr.similarity", "xmr.evaluation", "xmr.rerank"),
+    3: ("xmr.train",),
+    4: ("xmr.workflow_inputs", "xmr.jobs", "xmr.experiments", "xmr.benchmark", "xmr.report", "xmr.doctor"),
+    5: ("xmr.cli", "xmr.commands", "xmr.__main__"),
+}
+
+
+def floor_of(module: str) -> int:
+    for floor, prefixes in FLOORS.items():
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return floor
+    return 2  # the library
+
+
+def test_every_module_imports_only_its_floor_and_below():
+    assert (floor_of("xmr.rerank.fast"), floor_of("xmr.methods.dvse"), floor_of("xmr.train.trainer"),
+            floor_of("xmr.report.tables"), floor_of("xmr.commands.train")) == (1, 2, 3, 4, 5)
+    upward = sorted(f"{m} (floor {floor_of(m)}) -> {d} (floor {floor_of(d)})" for m, deps in import_graph().items()
+                    for d in deps if floor_of(d) > floor_of(m))
+    assert upward == []
+
+
 RUN_ROOTS = ("runs", "results")
 NAMED_BY_LAYOUT = {"layout.py"}  # the run-key module
 
