@@ -47,11 +47,14 @@ class TinySynth:
         ``sections`` deep-override (e.g. ``model={"embed_dim": 32}``, ``train={"epochs": 2}``)."""
         from xmr.config import deep_merge
 
-        base = {
-            "extends": str(REPO / "config" / "methods" / f"{method}.yaml"),
+        method_file = REPO / "config" / "methods" / f"{method}.yaml"
+        base = {  # a plugin's method has no method file: its schema holds every default
+            **({"extends": str(method_file)} if method_file.exists() else {"method": method}),
             "dataset": "synth",
             "features": {"backbone": "efficientnet_lite0", "dir": str(self.features_dir)},
             "model": {"embed_dim": 32},
+            "loss": {},
+            "optim": {},
             "text": {"hidden_dim": 32},
             "train": {"epochs": 1, "batch_size": 16, "val_max_images": 10},
             "eval": {"batch_size": 32},

@@ -4,6 +4,7 @@ named in $XMR_PLUGINS, trained and evaluated through the workflow's target gramm
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 from xmr.layout import parse_target, result_path, run_dir
+
+from conftest import run_xmr
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,8 +29,6 @@ from xmr.methods.base import METHODS, RetrievalModel, strict_section
 from xmr.models.pooling import mean_pool
 from xmr.models.text import build_text_encoder
 from xmr.rerank.base import RERANKERS, RerankerSpec, Rescoring
-
-from conftest import run_xmr
 
 
 @METHODS.register("toy")
@@ -67,6 +68,14 @@ class Scaled(Rescoring):
 RERANKERS.register("twice")(RerankerSpec(
     name="twice", summary="toy: every score times factor (rankings unchanged)", defaults={"factor": 2.0},
     prepare=lambda sims, p, ctx: Scaled(sims, p["factor"], ctx.block_bytes)))
+
+
+# a re-ranker with an extra input: a file in the run directory (made by a rule of its own, as QB-Norm's bank),
+# declared once on its spec; the workflow passes it as --rerank-param scale=runs/.../toy_scale.npy
+RERANKERS.register("scaled")(RerankerSpec(
+    name="scaled", summary="toy: every score times the number in the run's toy_scale.npy", defaults={"scale": None},
+    prepare=lambda sims, p, ctx: Scaled(sims, float(p["scale"]), ctx.block_bytes),
+    run_inputs={"scale": "toy_scale.npy"}))
 '''
 
 
@@ -126,4 +135,33 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
     assert twice["rerank"] == "twice" and twice["rerank_params"] == {"factor": 2.0}
     # scaling every score by 2 keeps every ranking, so every recall is the plain one
     assert twice["i2t"] == plain["i2t"] and twice["t2i"] == plain["t2i"] and twice["rsum"] == plain["rsum"]
+
+    # the re-ranker with an extra input: the workflow reads its file from its spec (no name list anywhere) ...
+    check = subprocess.run([sys.executable, "-c", "from xmr.workflow_inputs import rerank_inputs, rerank_options; "
+                            f"print(rerank_inputs({str(run)!r}, 'scaled')); print(rerank_options({str(run)!r}, 'scaled'))"],
+                           env=env, capture_output=True, text=True)
+    assert check.stdout.splitlines() == [f"{{'scale': '{run}/toy_scale.npy'}}",
+                                         f"--rerank scaled --rerank-param scale={run}/toy_scale.npy"], check.stderr
+    # ... and the command the evaluate rule runs with it
+    import numpy as np
+
+    np.save(project / run / "toy_scale.npy", np.array(3.0))
+    scaled_out = result_path("synth", "toy", "scaled")
+    _xmr(env, project, "test", "--run", str(run), "--sims", str(sims), "--rerank", "scaled", "--rerank-param",
+         f"scale={run}/toy_scale.npy", "--out", str(scaled_out), "--no-tracking")
+    scaled = json.loads((project / scaled_out).read_text())
+    assert scaled["rerank"] == "scaled" and scaled["rsum"] == plain["rsum"]
     assert _git_state() == before  # nothing in the repository was touched
+
+
+def test_a_plugin_method_is_covered_by_the_conformance_test(tmp_path):
+    """The registry's conformance test picks up a method registered through $XMR_PLUGINS with no edit to any list:
+    build, a training step, score, reload and the inference API, for the toy method of the plugin above."""
+    plugin = tmp_path / "toy_plugin.py"
+    plugin.write_text(TOY_PLUGIN)
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XMR_PLUGINS=str(plugin))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        str(REPO / "tests" / "test_method_conformance.py"), "-k", "toy"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert re.search(r"^3 passed, \d+ deselected", r.stdout.splitlines()[-1]), r.stdout[-500:]
