@@ -118,3 +118,15 @@ def test_schema_name_lists_follow_the_registries(monkeypatch):
     monkeypatch.setitem(SIMILARITIES._entries, name, SetMeasure(name, SIMILARITIES.get("cosine").reduce, True, 0))
     cfg = load_run_config(REPO / "config/recipes/synth/vsepp.yaml", [f"eval.similarity={name}"])
     assert cfg["eval"]["similarity"] == name
+
+
+def test_one_key_value_parser():
+    from xmr.config import parse_assignments
+
+    assert parse_assignments(["a.b=0.5", "c=[1, 2]", "d=x.npy", "e = true"]) == {"a.b": 0.5, "c": [1, 2],
+                                                                              "d": "x.npy", "e": True}
+    assert parse_assignments(["gamma1=25"], "--rerank-param", raw=True) == {"gamma1": "25"}
+    with pytest.raises(XmrError, match=r"^--rerank-param 'gamma1': expected KEY=VALUE$"):
+        parse_assignments(["gamma1"], "--rerank-param")
+    with pytest.raises(XmrError, match=r"^--set '=3': expected KEY=VALUE$"):
+        parse_assignments(["=3"], "--set")

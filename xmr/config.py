@@ -13,7 +13,7 @@ import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import yaml
 
@@ -61,20 +61,33 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return deep_merge(merged, doc)
 
 
+def parse_assignments(items: Iterable[str], option: str = "override", raw: bool = False) -> dict[str, Any]:
+    """The one ``KEY=VALUE`` parser (``--set``, ``--rerank-param``, experiment overrides): keys in order, values
+    parsed as YAML (``0.5`` a number, ``[1, 2]`` a list, ``a.npy`` a string), or kept as strings with ``raw``
+    (for a consumer that types them itself). A malformed item is one error naming ``option``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise XmrError(f"{option} {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = value.strip() if raw else yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise XmrError(f"{option} {item!r}: the value is not valid YAML ({str(e).splitlines()[0]})") from None
+    return out
+
+
 def apply_overrides(cfg: dict, overrides: Iterable[str]) -> dict:
-    """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a copy of ``cfg``."""
+    """Apply ``a.b.c=value`` overrides (:func:`parse_assignments`) to a copy of ``cfg``."""
     cfg = copy.deepcopy(cfg)
-    for item in overrides:
-        if "=" not in item:
-            raise XmrError(f"override {item!r}: expected KEY.PATH=VALUE")
-        key, raw = item.split("=", 1)
+    for key, value in parse_assignments(overrides, "override").items():
         node = cfg
         parts = key.split(".")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
-                raise XmrError(f"override {item!r}: {p} is not a mapping")
-        node[parts[-1]] = yaml.safe_load(raw)
+                raise XmrError(f"override {key}={value!r}: {p} is not a mapping")
+        node[parts[-1]] = value
     return cfg
 
 

@@ -16,8 +16,6 @@ def add_arguments(p):
 
 
 def run(args):
-    import yaml
-
     if args.stats:
         import json
 
@@ -26,7 +24,7 @@ def run(args):
         print(json.dumps(synth_stats(args.stats, batches=args.batches), indent=2))
         return
 
-    from xmr.config import load_dataset_config
+    from xmr.config import load_dataset_config, parse_assignments
     from xmr.data.synth import generate_synth
     from xmr.errors import XmrError
 
@@ -34,9 +32,7 @@ def run(args):
     if "generate" not in cfg:
         raise XmrError(f"dataset {cfg['name']} has no `generate:` section; only synthetic datasets are generated")
     gen = dict(cfg["generate"])
-    for item in args.set:
-        k, _, v = item.partition("=")
-        gen[k] = yaml.safe_load(v)
+    gen.update(parse_assignments(args.set, "--set"))
     gen.setdefault("captions_per_image", cfg["captions_per_image"])
     try:
         path = generate_synth(args.out or cfg["root"], **gen)

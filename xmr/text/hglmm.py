@@ -80,9 +80,7 @@ def load_text_feature_settings(kind: str, dataset: str, config_dir: str | os.Pat
                                overrides: Iterable[str] = ()) -> dict[str, Any]:
     """Settings of ``kind`` from ``config/text_features.yaml``: the entry, then its ``datasets.{dataset}``
     block, then ``key=value`` overrides; validated with defaults filled."""
-    import yaml
-
-    from xmr.config import load_yaml, validate
+    from xmr.config import load_yaml, parse_assignments, validate
 
     path = Path(config_dir) / "text_features.yaml"
     table = load_yaml(path)
@@ -91,11 +89,7 @@ def load_text_feature_settings(kind: str, dataset: str, config_dir: str | os.Pat
     entry = dict(table[kind] or {})
     per_dataset = entry.pop("datasets", {}) or {}
     settings = {**entry, **(per_dataset.get(dataset) or {})}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            raise XmrError(f"--set {item!r}: expected KEY=VALUE (e.g. components=16)")
-        settings[key] = yaml.safe_load(raw)
+    settings.update(parse_assignments(overrides, "--set"))
     if settings.get("kind", "hglmm") != "hglmm":
         raise XmrError(f"{path}: {kind}.kind: only 'hglmm' is implemented, got {settings['kind']!r}")
     return validate(settings, HGLMM_SCHEMA, f"{path}:{kind} (dataset {dataset})")
