@@ -1,0 +1,103 @@
+"""--format pvse: yalesong/pvse checkpoints give the reference code's embeddings and K x K similarities.
+
+Fixtures (tests/fixtures/checkpoints/pvse/, recipe in make_fixture.py and tests/fixtures/checkpoints/README.md)
+were produced by running the reference's own model and loss code on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_state
+from xmr.checkpoints.pvse import read_pvse
+from xmr.errors import XmrError
+from xmr.inference import build_model
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pvse"
+VOCAB = FIX / "vocab.pkl"
+RECIPE = "recipes/coco/pvse.yaml"
+
+
+def xmr_batch(model, ids: torch.Tensor, lengths: torch.Tensor, words_ref: list[str]) -> dict:
+    """The reference's token ids as a batch of xmr's encoder (ids re-indexed into xmr's vocabulary order)."""
+    xmr_index = {w: i for i, w in enumerate(model.text.vocab.words)}
+    remap = torch.tensor([xmr_index[w] for w in words_ref])
+    out = remap[ids]
+    out[torch.arange(ids.shape[1])[None, :] >= lengths[:, None]] = 0
+    return {"ids": out, "lengths": lengths.clone()}
+
+
+def ref_words() -> list[str]:
+    from xmr.checkpoints.common import reference_vocab_words
+
+    return reference_vocab_words(VOCAB)
+
+
+def imported_model(tmp_path: Path, src: Path, options: dict, **sections):
+    imp = read_pvse(src, VOCAB, options)
+    cfg = imported_run_config(imp, RECIPE, tmp_path, **sections)
+    model = build_model(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
+    model.load_state_dict(imp.state_dict, strict=True)
+    return model.eval(), imp, cfg
+
+
+def set_sims(img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
+    return torch.einsum("ikd,jld->ijkl", img, txt)
+
+
+def feature_regions(maps: torch.Tensor) -> torch.Tensor:
+    """(B, F, 7, 7) maps -> (B, 49, F) regions, row-major as the reference's view(-1, F, 49).transpose(1, 2)."""
+    return maps.flatten(2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("name,options,k", [("tiny_k2.pth", {"num_embeds": "2", "legacy": "true"}, 2),
+                                            ("tiny_k1.pth", {"legacy": "false"}, 1)])
+def test_pvse_import_gives_the_reference_embeddings(tmp_path, one_thread, name, options, k):
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    expected = io[f"k{k}"]
+    model, imp, cfg = imported_model(tmp_path, FIX / name, {**options, "image_input": "features"})
+    assert cfg["model"]["num_embeds"] == k and cfg["text"]["bigru_directions"] == "concat"
+    assert cfg["model"]["text_pool"] == ("last" if options["legacy"] == "true" else "final")
+    feats = feature_regions(io["feats"])
+    with torch.no_grad():
+        img = model.encode_image(feats, torch.full((len(feats),), 49))
+        txt = model.encode_text(xmr_batch(model, io["ids"], io["lengths"], ref_words()))
+    ref_img = expected["img_emb"].reshape(img.shape)  # K = 1: the reference's (B, D) is xmr's (B, 1, D)
+    ref_txt = expected["txt_emb"].reshape(txt.shape)
+    torch.testing.assert_close(img, ref_img, rtol=0, atol=1e-5)
+    torch.testing.assert_close(txt, ref_txt, rtol=0, atol=1e-5)
+    torch.testing.assert_close(set_sims(img, txt), expected["sims"].reshape(set_sims(img, txt).shape),
+                               rtol=0, atol=1e-5)
+    if k == 1:
+        assert imp.provenance["epoch"] == 7  # train.py's container
+
+
+def test_pvse_caption_order_in_the_batch_does_not_matter(tmp_path, one_thread):
+    """The reference needs captions sorted by length (pack_padded_sequence); xmr takes any order."""
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, _, _ = imported_model(tmp_path, FIX / "tiny_k2.pth", {"image_input": "features"})
+    perm = torch.tensor([2, 0, 3, 1])
+    with torch.no_grad():
+        txt = model.encode_text(xmr_batch(model, io["ids"][perm], io["lengths"][perm], ref_words()))
+    torch.testing.assert_close(txt, io["k2"]["txt_emb"][perm], rtol=0, atol=1e-5)
+
+
+def test_pvse_full_image_resnet152_gives_the_reference_embeddings(tmp_path, one_thread):
+    """The whole released architecture: the checkpoint's own ResNet-152 (img_enc.cnn.*, weights drawn by the
+    fixture's seed rule from full_layout.json) run end to end on uint8 images, as xmr's image backbone."""
+    state = seeded_state(FIX / "full_layout.json")
+    src = tmp_path / "coco_pvse.pth"
+    torch.save({"module." + k: v for k, v in state.items()}, src)
+    expected = torch.load(FIX / "full_io.pt", weights_only=True)
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, imp, cfg = imported_model(tmp_path, src, {"num_embeds": 2})
+    assert cfg["features"] == {**cfg["features"], "source": "images", "backbone": "resnet152_224"}
+    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        img = model.embed_images(images, None)
+        txt = model.encode_text(xmr_batch(model, io["ids"], io["lengths"], ref_words()))
+    torch.testing.assert_close(img, expected["img_emb"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(txt, expected["txt_emb"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(set_sims(img, txt), expected["sims"], rtol=0, atol=1e-5)
