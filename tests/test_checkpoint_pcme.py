@@ -1,0 +1,104 @@
+"""--format pcme: naver-ai/pcme checkpoints give the reference code's μ, log σ and match probabilities.
+
+Fixtures (tests/fixtures/checkpoints/pcme/, recipe in make_fixture.py and tests/fixtures/checkpoints/README.md)
+were produced by running the reference's own model and criterion code on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_state
+from tests.test_checkpoint_pvse import feature_regions
+from xmr.checkpoints.pcme import read_pcme
+from xmr.inference import build_model
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pcme"
+RECIPE = "recipes/coco/pcme.yaml"
+REF_WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "man", "riding", "horse", "on", "the", "beach", "dog",
+             "running", "in", "park", "two", "cats", "sleeping", "red", "car"]  # the fixture's word2idx order
+
+
+def imported_model(tmp_path: Path, src: Path, options: dict):
+    imp = read_pcme(src, None, options)
+    cfg = imported_run_config(imp, RECIPE, tmp_path)
+    model = build_model(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
+    model.load_state_dict(imp.state_dict, strict=True)
+    return model.eval(), imp, cfg
+
+
+def xmr_text_batch(model, ids: torch.Tensor, lengths: torch.Tensor) -> dict:
+    index = {w: i for i, w in enumerate(model.text.vocab.words)}
+    out = torch.tensor([index[w] for w in REF_WORDS])[ids]
+    out[torch.arange(ids.shape[1])[None, :] >= lengths[:, None]] = 0
+    return {"ids": out, "lengths": lengths.clone()}
+
+
+def check_outputs(model, expected: dict, img_dist: tuple, txt_dist: tuple) -> None:
+    img_mu, img_ls = img_dist
+    txt_mu, txt_ls = txt_dist
+    for got, key in ((img_mu, "img_mu"), (img_ls, "img_logsigma"), (txt_mu, "txt_mu"), (txt_ls, "txt_logsigma")):
+        torch.testing.assert_close(got, expected[key], rtol=0, atol=1e-5, msg=key)
+    # the test score: J = 7 seeded samples per item, xmr's eval noise is the fixture's ε
+    torch.testing.assert_close(model.eval_noise(0, img_mu.device), expected["noise"][0], rtol=0, atol=0)
+    torch.testing.assert_close(model.eval_noise(1, img_mu.device), expected["noise"][1], rtol=0, atol=0)
+    with torch.no_grad():
+        img = model._output(img_mu, img_ls, 0)
+        txt = model._output(txt_mu, txt_ls, 1)
+        prob = model.similarity_matrix(img, txt)
+    torch.testing.assert_close(prob, expected["match_prob"], rtol=0, atol=1e-5)
+
+
+def test_pcme_import_gives_the_reference_mu_logsigma_and_match_probability(tmp_path, one_thread):
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, imp, cfg = imported_model(tmp_path, FIX / "tiny_coco.pth", {"image_input": "features",
+                                                                         "score": "match_prob"})
+    assert imp.provenance["negative_scale"] == 0.75 and imp.provenance["shift"] == 6.5
+    assert imp.provenance["metadata"] == {"epoch": 29, "rsum": 512.25}  # a numpy float read safely
+    assert cfg["model"]["num_samples_eval"] == 7 and cfg["eval"]["similarity"] == "match_prob"
+    assert all(v.dtype == torch.float32 for k, v in imp.state_dict.items())  # float16 in the file
+    feats = feature_regions(io["feats"])
+    with torch.no_grad():
+        img_dist = model.image_distribution(feats, torch.full((len(feats),), 49))
+        txt_dist = model.text_distribution(xmr_text_batch(model, io["ids"], io["lengths"]))
+    check_outputs(model, io, img_dist, txt_dist)
+
+
+def test_pcme_log_match_prob_default_ranks_by_the_log_of_the_reference_probability(tmp_path, one_thread):
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, _, cfg = imported_model(tmp_path, FIX / "tiny_coco.pth", {"image_input": "features", "num_samples": "7"})
+    assert cfg["model"]["pcme_score"] == "log_match_prob"
+    feats = feature_regions(io["feats"])
+    with torch.no_grad():
+        img = model.encode_image(feats, torch.full((len(feats),), 49))
+        txt = model.encode_text(xmr_text_batch(model, io["ids"], io["lengths"]))
+        scores = model.similarity_matrix(img, txt)
+    torch.testing.assert_close(scores, io["match_prob"].log(), rtol=0, atol=2e-5)
+
+
+def test_pcme_num_samples_option_sets_j(tmp_path, one_thread):
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, _, cfg = imported_model(tmp_path, FIX / "tiny_coco.pth", {"image_input": "features", "num_samples": 3})
+    feats = feature_regions(io["feats"])
+    with torch.no_grad():
+        img = model.encode_image(feats, torch.full((len(feats),), 49))
+    assert cfg["model"]["num_samples_eval"] == 3 and img.shape == (3, 3, 32)
+
+
+def test_pcme_full_image_resnet152_gives_the_reference_outputs(tmp_path, one_thread):
+    """The released architecture end to end: the checkpoint's ResNet-152 (weights by the seed rule from
+    full_layout.json, rounded to float16 as the fixture's reference run) on uint8 images."""
+    state = {k: (v.half() if v.is_floating_point() else v) for k, v in seeded_state(FIX / "full_layout.json").items()}
+    tiny = torch.load(FIX / "tiny_coco.pth", weights_only=False)
+    src = tmp_path / "pcme_coco.pth"
+    torch.save({**tiny, "model": state}, src)
+    expected = torch.load(FIX / "full_io.pt", weights_only=True)
+    io = torch.load(FIX / "tiny_io.pt", weights_only=True)
+    model, _, cfg = imported_model(tmp_path, src, {"score": "match_prob"})
+    assert cfg["features"]["source"] == "images" and cfg["features"]["backbone"] == "resnet152_224"
+    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        img_dist = model.image_distribution(*model.image_local_features(images, None))
+        txt_dist = model.text_distribution(xmr_text_batch(model, io["ids"], io["lengths"]))
+    check_outputs(model, expected, img_dist, txt_dist)
