@@ -102,3 +102,35 @@ def test_pcme_full_image_resnet152_gives_the_reference_outputs(tmp_path, one_thr
         img_dist = model.image_distribution(*model.image_local_features(images, None))
         txt_dist = model.text_distribution(xmr_text_batch(model, io["ids"], io["lengths"]))
     check_outputs(model, expected, img_dist, txt_dist)
+
+
+# -- bad input: one XmrError line naming the file and what to do ---------------------------------------------
+def _error(src: Path, options: dict | None = None, vocab: Path | None = None) -> str:
+    import pytest
+
+    from xmr.errors import XmrError
+
+    with pytest.raises(XmrError) as e:
+        read_pcme(src, vocab, {"image_input": "features", **(options or {})})
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_pcme_bad_files(tmp_path):
+    tiny = torch.load(FIX / "tiny_coco.pth", weights_only=False)
+    src = tmp_path / "pcme_coco.pth"
+    src.write_bytes((FIX / "tiny_coco.pth").read_bytes()[:3000])
+    assert "not a readable checkpoint" in _error(src)
+    torch.save({**tiny, "word2idx": {w: i for i, w in enumerate(REF_WORDS[:-2])}}, src)
+    assert "18 words but txt_enc.embed.weight has 20 rows" in _error(src)
+    model = dict(tiny["model"])
+    del model["img_enc.uncertain_net.fc.bias"]
+    model["txt_enc.pie_net.extra"] = torch.zeros(1)
+    torch.save({**tiny, "model": model}, src)
+    msg = _error(src)
+    assert "missing keys image_sigma.fc.bias" in msg and "unexpected keys txt_enc.pie_net.extra" in msg
+    torch.save(tiny["model"], src)  # a bare state dict: the words must come from --vocab
+    assert "pass --vocab" in _error(src)
+    torch.save({**tiny, "criterion": {}}, src)
+    assert "lacks shift/negative_scale" in _error(src)
+    assert "--option score=best" in _error(FIX / "tiny_coco.pth", {"score": "best"})

@@ -101,3 +101,68 @@ def test_pvse_full_image_resnet152_gives_the_reference_embeddings(tmp_path, one_
     torch.testing.assert_close(img, expected["img_emb"], rtol=0, atol=1e-5)
     torch.testing.assert_close(txt, expected["txt_emb"], rtol=0, atol=1e-5)
     torch.testing.assert_close(set_sims(img, txt), expected["sims"], rtol=0, atol=1e-5)
+
+
+# -- bad input: one XmrError line naming the file / option and what to do -------------------------------------
+def _state(name: str = "tiny_k2.pth") -> dict:
+    return torch.load(FIX / name, weights_only=True)
+
+
+def _error(src: Path, options: dict | None = None, vocab: Path = VOCAB) -> str:
+    with pytest.raises(XmrError) as e:
+        read_pvse(src, vocab, {"image_input": "features", **(options or {})})
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_pvse_truncated_file_is_one_line(tmp_path):
+    src = tmp_path / "coco_pvse.pth"
+    src.write_bytes((FIX / "tiny_k2.pth").read_bytes()[:5000])
+    msg = _error(src)
+    assert str(src) in msg and "not a readable checkpoint" in msg
+
+
+def test_pvse_num_embeds_that_does_not_fit_names_the_flag():
+    msg = _error(FIX / "tiny_k2.pth", {"num_embeds": "1"})
+    assert "--option num_embeds=1" in msg and "num_embeds=2" in msg
+
+
+def test_pvse_attention_flags_are_checked():
+    assert "--option img_attention=false" in _error(FIX / "tiny_k2.pth", {"img_attention": "false"})
+    assert "--option legacy=maybe" in _error(FIX / "tiny_k2.pth", {"legacy": "maybe"})
+    assert "--option heads" in _error(FIX / "tiny_k2.pth", {"heads": "2"})
+
+
+def test_pvse_vocabulary_of_the_wrong_size(tmp_path):
+    import pickle
+
+    vocab = tmp_path / "vocab.pkl"
+    vocab.write_bytes(pickle.dumps({w: i for i, w in enumerate(ref_words()[:-1])}))
+    msg = _error(FIX / "tiny_k2.pth", vocab=vocab)
+    assert str(vocab) in msg and "19 words" in msg and "20 rows" in msg
+
+
+def test_pvse_vocabulary_pickle_runs_no_code(tmp_path):
+    vocab = tmp_path / "vocab.pkl"
+    vocab.write_bytes(b"cos\nsystem\n(S'true'\ntR.")  # os.system('true') if unpickled naively
+    assert "refuses to load os.system" in _error(FIX / "tiny_k2.pth", vocab=vocab)
+
+
+def test_pvse_missing_and_unexpected_keys(tmp_path):
+    state = _state()
+    del state["module.txt_enc.rnn.weight_hh_l0"]
+    src = tmp_path / "missing.pth"
+    torch.save(state, src)
+    assert "txt_enc.rnn" in _error(src)
+    state = _state()
+    state["module.txt_enc.extra.weight"] = torch.zeros(2)
+    torch.save(state, src)
+    assert "unexpected keys txt_enc.extra.weight" in _error(src)
+    torch.save({"img_enc.cnn.conv1.weight": torch.zeros(1)}, src)
+    assert "not a PVSE checkpoint" in _error(src)
+
+
+def test_pvse_full_image_needs_the_cnn():
+    msg = _error(FIX / "tiny_k2.pth", {"image_input": "images"})
+    assert "no img_enc.cnn.* weights" in msg and "image_input=features" in msg

@@ -137,7 +137,7 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     unexpected = []
     for key, value in state.items():
         new = _map_key(key)
-        if new is None:
+        if new not in EXPECTED_HEAD:  # named as in the file
             unexpected.append(key)
         else:
             out[new] = value
