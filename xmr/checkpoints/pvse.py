@@ -66,8 +66,9 @@ def _flag_check(state: dict, prefix: str, flag: str, on: bool, src: Path) -> Non
     if on and not has:
         raise XmrError(f"{src}: --option {flag}=true but the checkpoint has no {prefix}* weights; set {flag}=false")
     if not on:
+        what = "this checkpoint has them: drop the option" if has else "this model is not representable"
         raise XmrError(f"{src}: --option {flag}=false: xmr's pvse always has the PIE heads (the README's COCO "
-                       f"models use --img_attention --txt_attention); {'this checkpoint has them: drop the option' if has else 'this model is not representable'}")
+                       f"models use --img_attention --txt_attention); {what}")
 
 
 def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
