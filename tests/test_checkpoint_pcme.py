@@ -96,7 +96,7 @@ def test_pcme_full_image_resnet152_gives_the_reference_outputs(tmp_path, one_thr
     expected = torch.load(FIX / "full_io.pt", weights_only=True)
     io = torch.load(FIX / "tiny_io.pt", weights_only=True)
     model, _, cfg = imported_model(tmp_path, src, {"score": "match_prob"})
-    assert cfg["features"]["source"] == "images" and cfg["features"]["backbone"] == "resnet152_224"
+    assert cfg["features"]["source"] == "images" and cfg["features"]["backbone"] == "resnet152_224_torchvision"
     images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         img_dist = model.image_distribution(*model.image_local_features(images, None))

@@ -93,7 +93,7 @@ def test_pvse_full_image_resnet152_gives_the_reference_embeddings(tmp_path, one_
     expected = torch.load(FIX / "full_io.pt", weights_only=True)
     io = torch.load(FIX / "tiny_io.pt", weights_only=True)
     model, imp, cfg = imported_model(tmp_path, src, {"num_embeds": 2})
-    assert cfg["features"] == {**cfg["features"], "source": "images", "backbone": "resnet152_224"}
+    assert cfg["features"] == {**cfg["features"], "source": "images", "backbone": "resnet152_224_torchvision"}
     images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         img = model.embed_images(images, None)

@@ -14,8 +14,9 @@ from xmr.text.vocab import SPECIALS
 # the reference vocabulary pickles (PVSE/VSE++ ``vocab.py``): the class as pickled by ``python vocab.py`` or imported
 REFERENCE_VOCAB_CLASSES = [("vocab", "Vocabulary"), ("__main__", "Vocabulary"), ("data", "Vocabulary")]
 
-# torchvision ResNet: blocks in layer3 -> architecture, and the xmr backbone key it runs as (config/backbones.yaml)
-RESNET_BY_LAYER3 = {36: ("resnet152", "resnet152_224"), 6: ("resnet50", "resnet50_224")}
+# torchvision ResNet: blocks in layer3 -> architecture, and the xmr backbone key it runs as (config/backbones.yaml:
+# ResNet-152 preprocessed exactly as torchvision's Resize(256) + CenterCrop(224), the reference's test transform)
+RESNET_BY_LAYER3 = {36: ("resnet152", "resnet152_224_torchvision")}
 # xmr's TorchvisionGrid trunk: Sequential(conv1, bn1, relu, maxpool, layer1..layer4)
 TRUNK_INDEX = {"conv1": 0, "bn1": 1, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
 
@@ -94,8 +95,8 @@ def resnet_trunk(state: Mapping[str, torch.Tensor], prefix: str, src: Any) -> tu
     blocks = {int(k.split(".")[1]) for k in cnn if k.startswith("layer3.")}
     arch = RESNET_BY_LAYER3.get(len(blocks))
     if arch is None or "layer1.0.conv3.weight" not in cnn:
-        raise XmrError(f"{src}: {prefix}* is not a ResNet-50 or ResNet-152 (layer3 has {len(blocks)} blocks); "
-                       f"xmr runs these two as end-to-end backbones (config/backbones.yaml)")
+        raise XmrError(f"{src}: {prefix}* is not a ResNet-152 (layer3 has {len(blocks)} blocks, not 36); the "
+                       f"released COCO models of this format use --cnn_type resnet152")
     out = {}
     for k, v in cnn.items():
         head, _, rest = k.partition(".")

@@ -11,7 +11,7 @@ Reference -> xmr (``xmr.methods.pcme``): ``img_enc.fc`` -> ``image_fc``; ``img_e
 (``text.bigru_directions: concat``, ``model.text_pool: last``); ``txt_enc.uncertain_net.rnn`` ->
 ``text_sigma_global.rnn``; criterion ``negative_scale``/``shift`` -> ``scale``/``shift``. The ResNet
 (``img_enc.cnn.*``) runs as xmr's end-to-end backbone (``image_input: images``) or is dropped for precomputed
-``resnet152_224`` grids (``image_input: features``).
+``resnet152_224_torchvision`` grids (``image_input: features``).
 
 Options: ``num_samples`` (J at test time; default the checkpoint's ``n_samples_inference``), ``eval_seed`` (the
 seed of the fixed test-time noise), ``score`` (``model.pcme_score``; default log_match_prob, the paper's match
@@ -131,7 +131,7 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         out.update(trunk)
         cfg["features"] = {"source": "images", "backbone": backbone}
     else:
-        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224"}
+        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224_torchvision"}
     for key in cnn_keys:
         del state[key]
     unexpected = []

@@ -11,7 +11,7 @@ the file: it comes from the flags of the README's eval command, given as options
   off: the GRU's final states (``text_pool: final``);
 - ``image_input``: ``images`` (default) runs the checkpoint's own ResNet (``img_enc.cnn.*``) end to end, as the
   reference does (its BatchNorm statistics moved in training even with the CNN frozen); ``features`` drops the
-  CNN and reads precomputed ``resnet152_224`` grids instead.
+  CNN and reads precomputed ``resnet152_224_torchvision`` grids instead.
 
 Reference -> xmr: ``txt_enc.rnn`` is a BiGRU of width D/2 per direction, concatenated
 (``text.bigru_directions: concat``); the PIE heads read the word embeddings; ``w_1``/``w_2`` -> ``w1``/``w2``;
@@ -119,7 +119,7 @@ def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         out.update(trunk)
         cfg["features"] = {"source": "images", "backbone": backbone}
     else:
-        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224"}
+        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224_torchvision"}
     for key in cnn_keys:
         del state[key]
 
