@@ -9,15 +9,13 @@ from pathlib import Path
 
 import torch
 
-from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_state
+from tests.fixtures.checkpoints.seeded import WORDS, imported_run_config, seeded_images, seeded_state
 from tests.test_checkpoint_pvse import feature_regions
 from xmr.checkpoints.pcme import read_pcme
 from xmr.inference import build_model
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pcme"
 RECIPE = "recipes/coco/pcme.yaml"
-REF_WORDS = ["<pad>", "<start>", "<end>", "<unk>", "a", "man", "riding", "horse", "on", "the", "beach", "dog",
-             "running", "in", "park", "two", "cats", "sleeping", "red", "car"]  # the fixture's word2idx order
 
 
 def imported_model(tmp_path: Path, src: Path, options: dict):
@@ -30,7 +28,7 @@ def imported_model(tmp_path: Path, src: Path, options: dict):
 
 def xmr_text_batch(model, ids: torch.Tensor, lengths: torch.Tensor) -> dict:
     index = {w: i for i, w in enumerate(model.text.vocab.words)}
-    out = torch.tensor([index[w] for w in REF_WORDS])[ids]
+    out = torch.tensor([index[w] for w in WORDS])[ids]
     out[torch.arange(ids.shape[1])[None, :] >= lengths[:, None]] = 0
     return {"ids": out, "lengths": lengths.clone()}
 
@@ -97,9 +95,8 @@ def test_pcme_full_image_resnet152_gives_the_reference_outputs(tmp_path, one_thr
     io = torch.load(FIX / "tiny_io.pt", weights_only=True)
     model, _, cfg = imported_model(tmp_path, src, {"score": "match_prob"})
     assert cfg["features"]["source"] == "images" and cfg["features"]["backbone"] == "resnet152_224_torchvision"
-    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        img_dist = model.image_distribution(*model.image_local_features(images, None))
+        img_dist = model.image_distribution(*model.image_local_features(seeded_images(), None))
         txt_dist = model.text_distribution(xmr_text_batch(model, io["ids"], io["lengths"]))
     check_outputs(model, expected, img_dist, txt_dist)
 
@@ -121,7 +118,7 @@ def test_pcme_bad_files(tmp_path):
     src = tmp_path / "pcme_coco.pth"
     src.write_bytes((FIX / "tiny_coco.pth").read_bytes()[:3000])
     assert "not a readable checkpoint" in _error(src)
-    torch.save({**tiny, "word2idx": {w: i for i, w in enumerate(REF_WORDS[:-2])}}, src)
+    torch.save({**tiny, "word2idx": {w: i for i, w in enumerate(WORDS[:-2])}}, src)
     assert "18 words but txt_enc.embed.weight has 20 rows" in _error(src)
     model = dict(tiny["model"])
     del model["img_enc.uncertain_net.fc.bias"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_state
+from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_images, seeded_state
 from xmr.checkpoints.pvse import read_pvse
 from xmr.errors import XmrError
 from xmr.inference import build_model
@@ -94,9 +94,8 @@ def test_pvse_full_image_resnet152_gives_the_reference_embeddings(tmp_path, one_
     io = torch.load(FIX / "tiny_io.pt", weights_only=True)
     model, imp, cfg = imported_model(tmp_path, src, {"num_embeds": 2})
     assert cfg["features"] == {**cfg["features"], "source": "images", "backbone": "resnet152_224_torchvision"}
-    images = torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        img = model.embed_images(images, None)
+        img = model.embed_images(seeded_images(), None)
         txt = model.encode_text(xmr_batch(model, io["ids"], io["lengths"], ref_words()))
     torch.testing.assert_close(img, expected["img_emb"], rtol=0, atol=1e-5)
     torch.testing.assert_close(txt, expected["txt_emb"], rtol=0, atol=1e-5)

@@ -114,3 +114,27 @@ def float32_state(state: Mapping[str, Any], src: Any) -> dict[str, torch.Tensor]
             raise XmrError(f"{src}: {k} is a {type(v).__name__}, not a tensor; is this a model state dict?")
         out[k] = v.float() if v.is_floating_point() else v
     return out
+
+
+def take_image_cnn(state: dict[str, torch.Tensor], options: Mapping[str, Any], src: Any
+                   ) -> tuple[dict[str, torch.Tensor], dict, str, int]:
+    """Removes the reference's CNN (``img_enc.cnn.*``) from ``state`` and returns what the run gets instead, by the
+    ``image_input`` option: ``images`` (default) keeps it as xmr's end-to-end backbone; ``features`` drops it for
+    precomputed grids of the same preprocessing. Returns (backbone state, ``features`` config, image_input,
+    number of CNN keys)."""
+    image_input = option(options, "image_input", str, "images")
+    if image_input not in ("images", "features"):
+        raise XmrError(f"--option image_input={image_input}: choose images (the checkpoint's CNN) or features")
+    prefix = "img_enc.cnn."
+    cnn_keys = [k for k in state if k.startswith(prefix)]
+    trunk: dict[str, torch.Tensor] = {}
+    if image_input == "images":
+        if not cnn_keys:
+            raise XmrError(f"{src}: no {prefix}* weights; import it with --option image_input=features")
+        trunk, backbone = resnet_trunk(state, prefix, src)
+        features = {"source": "images", "backbone": backbone}
+    else:
+        features = {"source": "precomputed", "backbone": RESNET_BY_LAYER3[36][1]}
+    for key in cnn_keys:
+        del state[key]
+    return trunk, features, image_input, len(cnn_keys)

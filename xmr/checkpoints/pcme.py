@@ -26,7 +26,7 @@ import torch
 
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, check_state_keys, load_official,
                                   strip_prefix)
-from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, resnet_trunk,
+from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, take_image_cnn,
                                     to_xmr_vocab, words_by_index)
 from xmr.errors import XmrError
 from xmr.methods.pcme import LOG_SCORE_RERANKERS, SCORE_MEASURES
@@ -111,9 +111,6 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     words, embed_rows = to_xmr_vocab(ref_words, state.pop("txt_enc.embed.weight"), vocab or src,
                                      "txt_enc.embed.weight")
 
-    image_input = option(options, "image_input", str, "images")
-    if image_input not in ("images", "features"):
-        raise XmrError(f"--option image_input={image_input}: choose images (the checkpoint's CNN) or features")
     score = option(options, "score", str, "log_match_prob")
     if score not in SCORE_MEASURES:
         raise XmrError(f"--option score={score}: choose one of {', '.join(SCORE_MEASURES)}")
@@ -121,19 +118,9 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     if num_samples < 1:
         raise XmrError(f"--option num_samples={num_samples}: must be >= 1")
 
-    out: dict[str, torch.Tensor] = {}
-    cnn_keys = [k for k in state if k.startswith("img_enc.cnn.")]
-    cfg: dict = {}
-    if image_input == "images":
-        if not cnn_keys:
-            raise XmrError(f"{src}: no img_enc.cnn.* weights; import it with --option image_input=features")
-        trunk, backbone = resnet_trunk(state, "img_enc.cnn.", src)
-        out.update(trunk)
-        cfg["features"] = {"source": "images", "backbone": backbone}
-    else:
-        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224_torchvision"}
-    for key in cnn_keys:
-        del state[key]
+    trunk, features, image_input, _ = take_image_cnn(state, options, src)
+    out: dict[str, torch.Tensor] = dict(trunk)
+    cfg: dict = {"features": features}
     unexpected = []
     for key, value in state.items():
         new = _map_key(key)

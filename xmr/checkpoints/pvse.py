@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, strip_prefix
-from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, resnet_trunk,
+from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, take_image_cnn,
                                     to_xmr_vocab)
 from xmr.errors import XmrError
 
@@ -76,9 +76,6 @@ def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     obj = load_official(src, [argparse.Namespace])
     state = model_state(obj, src)
     legacy = option(options, "legacy", bool, True)
-    image_input = option(options, "image_input", str, "images")
-    if image_input not in ("images", "features"):
-        raise XmrError(f"--option image_input={image_input}: choose images (the checkpoint's CNN) or features")
     _flag_check(state, "img_enc.pie_net.", "img_attention", option(options, "img_attention", bool, True), src)
     _flag_check(state, "txt_enc.pie_net.", "txt_attention", option(options, "txt_attention", bool, True), src)
 
@@ -111,17 +108,8 @@ def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         "text": {"encoder": "bigru", "bigru_directions": "concat", "word_dim": int(word_dim), "num_layers": 1,
                  "word_vectors": None},
     }
-    cnn_keys = [k for k in state if k.startswith("img_enc.cnn.")]
-    if image_input == "images":
-        if not cnn_keys:
-            raise XmrError(f"{src}: no img_enc.cnn.* weights; import it with --option image_input=features")
-        trunk, backbone = resnet_trunk(state, "img_enc.cnn.", src)
-        out.update(trunk)
-        cfg["features"] = {"source": "images", "backbone": backbone}
-    else:
-        cfg["features"] = {"source": "precomputed", "backbone": "resnet152_224_torchvision"}
-    for key in cnn_keys:
-        del state[key]
+    trunk, cfg["features"], image_input, n_cnn = take_image_cnn(state, options, src)
+    out.update(trunk)
 
     out["image_head.global_fc.weight"] = state.pop("img_enc.fc.weight")
     out["image_head.global_fc.bias"] = state.pop("img_enc.fc.bias")
@@ -134,7 +122,7 @@ def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     if state:
         raise XmrError(f"{src}: unexpected keys {', '.join(sorted(state)[:6])}; is this a PVSE COCO image model?")
     provenance = {"num_embeds": int(k), "legacy": legacy, "image_input": image_input,
-                  "dropped_cnn_keys": len(cnn_keys) if image_input == "features" else 0}
+                  "dropped_cnn_keys": n_cnn if image_input == "features" else 0}
     if isinstance(obj, dict) and "epoch" in obj:
         provenance["epoch"] = int(obj["epoch"])
     return ImportedModel("pvse", cfg, out, int(image_dim), words, provenance)
