@@ -57,6 +57,30 @@ def test_center_crop_geometry_by_hand():
     assert resize_geometry(1000, 200, 600, "shorter_side", 1000)[0] == (1000, 200)
 
 
+def test_torchvision_center_crop_geometry_by_hand():
+    # torchvision Resize(256): 640 x 427 -> int(256 * 640 / 427) = int(383.7) = 383 (center_crop rounds to 384);
+    # CenterCrop(224): left = round((383 - 224) / 2) = round(79.5) = 80 (half to even), top = round(16.0) = 16
+    assert resize_geometry(640, 427, 224, "torchvision_center_crop") == ((383, 256), (80, 16), (224, 224))
+    # 343 x 500 (portrait): 256 x int(256 * 500 / 343) = 256 x 373; top = round(74.5) = 74 (half to even)
+    assert resize_geometry(343, 500, 224, "torchvision_center_crop") == ((256, 373), (16, 74), (224, 224))
+
+
+@pytest.mark.parametrize("w,h", [(640, 427), (343, 500), (500, 375), (333, 333), (1000, 257)])
+def test_torchvision_center_crop_equals_torchvision_transforms(w, h):
+    """The reference codes' test transform, Resize(256) + CenterCrop(224) of torchvision, pixel for pixel."""
+    from PIL import Image
+    from torchvision import transforms
+
+    from xmr.features.decode import resize_image
+
+    rng = np.random.default_rng(w * h)
+    im = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    ref = torch.from_numpy(np.asarray(transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224)])(im),
+                                      dtype=np.uint8).copy()).permute(2, 0, 1)
+    got, _ = resize_image(im, 224, "torchvision_center_crop")
+    assert torch.equal(got, ref)
+
+
 def test_real_photos_efficientnet_grid_is_imagenet_meaningful(photos, tmp_path):
     """china.jpg -> 'palace', flower.jpg -> 'daisy': ImageNet top-1 of the mean-pooled stored grid features
     through the real EfficientNet-Lite0 classifier (verifies decoding, RGB order, normalisation, layout)."""

@@ -30,7 +30,7 @@ from torch.utils.data import Dataset
 from xmr.errors import XmrError
 
 DECODERS = ("auto", "pil", "device")
-RESIZE_MODES = ("squash", "center_crop", "shorter_side")
+RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side")
 CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
 
 
@@ -47,6 +47,13 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
         r = short / min(w, h)
         nw, nh = max(size, round(w * r)), max(size, round(h * r))
         left, top = (nw - size) // 2, (nh - size) // 2
+        return (nw, nh), (left, top), (size, size)
+    if mode == "torchvision_center_crop":
+        # torchvision's Resize(short) + CenterCrop(size), the reference codes' test transform (PVSE, PCME, VSE++):
+        # the long side is truncated, not rounded, and the crop offset is rounded half to even
+        short = round(size / CROP_RATIO)
+        nw, nh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+        left, top = int(round((nw - size) / 2.0)), int(round((nh - size) / 2.0))
         return (nw, nh), (left, top), (size, size)
     if mode == "shorter_side":
         r = size / min(w, h)

@@ -2,13 +2,15 @@
 
 Images are decoded and resized (:mod:`xmr.features.decode`) in DataLoader worker processes, or decoded on the
 device (``decoder``), and shards are written by a background thread, so decoding and writing overlap the forward
-pass. Three resize modes (backbone config ``resize``; default: the
+pass. Four resize modes (backbone config ``resize``; default: the
 backbone's own, else ``squash``):
 
 - ``squash``: the whole image to ``input_size`` x ``input_size`` (aspect ratio not kept; VSE∞'s grid-feature
   reading: every object a caption may mention stays in view);
 - ``center_crop``: shorter side to ``input_size / 0.875``, then the central ``input_size`` square (the
   ImageNet evaluation transform; PCME's reading for its ResNet features);
+- ``torchvision_center_crop``: the same, exactly as torchvision's ``Resize(256)`` + ``CenterCrop(224)`` (long
+  side truncated, crop offset rounded half to even): the reference code's transform, for imported checkpoints;
 - ``shorter_side``: shorter side to ``input_size``, longer side at most ``max_size``, aspect ratio kept, batch
   zero-padded (detectors: BUTD uses 600 / 1000). Only for backbones that handle padded batches.
 
@@ -135,7 +137,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
             raise XmrError(f"dataset {split.name} split {split.split}: backbone {backbone_cfg['name']} needs "
                            f"per-image boxes, but the dataset has none (Karpathy JSON `objects[].box`); use "
                            f"`boxes: detector` instead")
-        if resize == "center_crop":
+        if resize in ("center_crop", "torchvision_center_crop"):
             raise XmrError(f"backbone {backbone_cfg['name']}: given boxes need resize squash or shorter_side "
                            f"(a center crop cuts boxes off)")
     writer = ShardWriter(out, split.num_images, {

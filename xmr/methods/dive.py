@@ -29,7 +29,7 @@ from xmr.models.augment import (SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augmen
                                 region_keep_mask, text_augment_style_schema)
 from xmr.models.image import LocalProjection
 from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
-from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
+from xmr.models.slot_attention import POSITION_LENGTHS, SetPredictionModule, sine_positions_1d, sine_positions_2d
 from xmr.models.text import build_text_encoder
 from xmr.similarity import set_similarity
 
@@ -65,6 +65,10 @@ class DivE(RetrievalModel):
                                "description": "what the text SPM reads: word embeddings (code) / encoder outputs"},
                 "text_global": {"enum": list(POOLS), "default": "mean"},
                 "text_pos_enc": {"enum": ["none", "sine1d"], "default": "sine1d"},
+                "text_pos_length": {"enum": list(POSITION_LENGTHS), "default": "caption",
+                                    "description": "sine1d positions over the caption's own length (a function of "
+                                                   "the caption alone) or over the padded batch length (code: "
+                                                   "an embedding depends on its batch)"},
                 # the released COCO BUTD script's img_pie_lr_scale = txt_pie_lr_scale (paper Table: 0.1 COCO;
                 # F30K 0.05 code / 0.01 paper; not stated for ResNeXt+BERT): the recipes set the others
                 "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 0.1,
@@ -129,7 +133,7 @@ class DivE(RetrievalModel):
         glob, local, lengths = text_global_and_local(self.text, batch, m["text_global"], m["text_local"])
         pos = None
         if m["text_pos_enc"] == "sine1d":
-            pos = sine_positions_1d(lengths, local.shape[1], self.text_dim).to(local.dtype)
+            pos = sine_positions_1d(lengths, local.shape[1], self.text_dim, m["text_pos_length"]).to(local.dtype)
         out = self.text_spm(local, lengths, glob, pos)
         self._aux["text_slots"] = out["slots"]
         return out["embeddings"]

@@ -40,8 +40,10 @@ class PVSE(RetrievalModel):
                 "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid"},
                 "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
                 "image_pool": {"enum": ["mean", "max"], "default": "mean"},
-                "text_pool": {"enum": ["mean", "max", "last"], "default": "mean",
-                              "description": "sentence vector from the GRU outputs: mean / max / last word (code)"},
+                "text_pool": {"enum": ["mean", "max", "last", "final"], "default": "mean",
+                              "description": "sentence vector from the GRU outputs: mean / max / last word (code "
+                                             "with --legacy, the released models) / final states (code without "
+                                             "--legacy; needs text.bigru_directions: concat)"},
                 "text_attention_input": {"enum": ["words", "hidden"], "default": "words",
                                          "description": "words: word embeddings (PVSE code); hidden: GRU outputs"},
             }),

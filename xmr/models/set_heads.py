@@ -29,7 +29,14 @@ def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x[torch.arange(x.shape[0], device=x.device), idx]
 
 
-POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool}
+def final_states_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The final states of a BiGRU whose two directions are concatenated (``text.bigru_directions: concat``): the
+    forward half at the last valid position, the backward half at position 0 (PVSE without ``--legacy``)."""
+    half = x.shape[-1] // 2
+    return torch.cat([last_pool(x[..., :half], lengths), x[:, 0, half:]], dim=-1)
+
+
+POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool, "final": final_states_pool}
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -157,5 +164,5 @@ class PIETextHead(nn.Module):
         return out
 
 
-__all__ = ["MultiHeadSelfAttention", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "last_pool",
+__all__ = ["MultiHeadSelfAttention", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "final_states_pool", "last_pool",
            "text_global_and_local", "text_local_dim"]

@@ -25,12 +25,23 @@ from xmr.errors import XmrError
 from xmr.models.pooling import length_mask
 
 
-def sine_positions_1d(lengths: torch.Tensor, max_len: int, dim: int) -> torch.Tensor:
-    """(B, T, dim) sine/cosine encoding of word positions, each normalised by its caption's own length.
+POSITION_LENGTHS = ("caption", "batch")
 
-    DivE's code normalises by the padded batch length, which makes an embedding depend on its batch; dividing
-    by the true length keeps the encoding a function of the caption alone (method card A4).
+
+def sine_positions_1d(lengths: torch.Tensor, max_len: int, dim: int, length: str = "caption") -> torch.Tensor:
+    """(B, T, dim) sine/cosine encoding of word positions.
+
+    ``length``: ``caption`` = positions 0..n-1 of each caption over its own length n; ``batch`` = DivE's released
+    code (``PositionEmbeddingSine1D(normalize=True)``): positions 1..T over the padded batch length T (+1e-6), the
+    same for every caption of the batch, which makes an embedding depend on the batch it is encoded in (method
+    card A4). The channel layout ([sin…, cos…] here, interleaved in the code) is a fixed permutation that the key
+    projection absorbs.
     """
+    if length == "batch":
+        pos = torch.arange(1, max_len + 1, device=lengths.device, dtype=torch.float32)[None, :]
+        return _sine((pos / (max_len + 1e-6) * (2 * math.pi)).expand(len(lengths), -1), dim)
+    if length != "caption":
+        raise XmrError(f"model.text_pos_length: {length!r} is not one of {', '.join(POSITION_LENGTHS)}")
     pos = torch.arange(max_len, device=lengths.device, dtype=torch.float32)[None, :]
     pos = pos / lengths.clamp(min=1).to(torch.float32)[:, None] * (2 * math.pi)
     return _sine(pos, dim)

@@ -30,7 +30,8 @@ class TextEncoder(nn.Module):
 
 @TEXT_ENCODERS.register("bigru")
 class BiGRUEncoder(TextEncoder):
-    """Word embeddings (GloVe-initialised) -> bidirectional GRU; the two directions are averaged (VSE∞)."""
+    """Word embeddings (GloVe-initialised) -> bidirectional GRU. ``text.bigru_directions``: ``mean`` averages the
+    two directions' D-wide outputs (VSE∞); ``concat`` concatenates two D/2-wide directions (PVSE, PCME code)."""
 
     def __init__(self, text_cfg: dict, embed_dim: int, vocab_words: list[str], seed: int = 0) -> None:
         super().__init__()
@@ -42,8 +43,11 @@ class BiGRUEncoder(TextEncoder):
         self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=0)
         self.embed.weight.data.copy_(torch.from_numpy(init))
         self.embed.weight.requires_grad_(text_cfg.get("finetune_words", True))
-        self.rnn = nn.GRU(init.shape[1], embed_dim, num_layers=text_cfg.get("num_layers", 1), batch_first=True,
-                          bidirectional=True)
+        self.concat = text_cfg.get("bigru_directions", "mean") == "concat"
+        if self.concat and embed_dim % 2:
+            raise XmrError(f"text.bigru_directions: concat needs an even model.embed_dim (two halves), got {embed_dim}")
+        self.rnn = nn.GRU(init.shape[1], embed_dim // 2 if self.concat else embed_dim,
+                          num_layers=text_cfg.get("num_layers", 1), batch_first=True, bidirectional=True)
         self.max_len = text_cfg.get("max_len", 64)
         self.out_dim = embed_dim
 
@@ -60,7 +64,8 @@ class BiGRUEncoder(TextEncoder):
         lengths = batch["lengths"]
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
-        h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
+        if not self.concat:
+            h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
         return h, lengths.to(h.device)
 
 

@@ -123,6 +123,10 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False)
         g["base_lr"] = g["lr"]
     name, wd = optim_cfg["name"], optim_cfg["weight_decay"]
     kw = {"fused": True} if fused else {}
+    if optim_cfg.get("amsgrad", False):
+        if name not in ("adam", "adamw"):
+            raise XmrError(f"optim.amsgrad: true needs optim.name adam or adamw, not {name}")
+        kw["amsgrad"] = True
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=optim_cfg["lr"], weight_decay=wd, **kw)
     if name == "adam":
