@@ -5,7 +5,6 @@ intended change regenerates the file (tests/fixtures/make_resolved_recipes.py) i
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
