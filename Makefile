@@ -32,7 +32,7 @@ demo: venv
 	echo "demo finished in $$(( $$(date +%s) - start )) s"
 
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The seeded benchmark on synth (docs/benchmark.md), then the README sections generated from it and from the demo
 benchmark: venv
