@@ -163,10 +163,14 @@ def load_backbone_config(name: str, config_dir: str | os.PathLike = "config") ->
     return cfg
 
 
-def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> dict:
-    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``."""
+def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None) -> dict:
+    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``. ``sections``
+    (nested dict, e.g. what an imported checkpoint fixes) are merged over the file and the overrides before
+    validation."""
     path = Path(path)
     cfg = apply_overrides(_load_with_extends(path), overrides)
+    if sections:
+        cfg = deep_merge(cfg, sections)
     cfg.setdefault("name", path.stem)
     src = str(path)
     validate(cfg, "run", src)

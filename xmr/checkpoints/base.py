@@ -147,3 +147,39 @@ def check_state_keys(expected: Iterable[str], got: Iterable[str], src: str | Pat
 
 def _short(keys: list[str], n: int = 6) -> str:
     return ", ".join(keys[:n]) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
+
+
+def rename_keys(state: Mapping[str, torch.Tensor], rules: Iterable[tuple[str, str]], src: str | Path,
+                unused: Iterable[str] = (), hint: str = "") -> dict[str, torch.Tensor]:
+    """Map a reference state dict onto xmr's names: each key takes the first rule ``(ref_prefix, xmr_prefix)``
+    whose prefix it starts with; keys starting with an ``unused`` prefix (built by the reference, never used in
+    its forward) are dropped by name; any other key is an error listing them (:func:`check_state_keys`)."""
+    rules, unused = list(rules), tuple(unused)
+    out, unknown = {}, []
+    for key, value in state.items():
+        if unused and key.startswith(unused):
+            continue
+        for ref, ours in rules:
+            if key.startswith(ref):
+                out[ours + key[len(ref):]] = value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        check_state_keys([], unknown, src, hint)
+    return out
+
+
+def plain_data(obj: Any) -> Any:
+    """``obj`` (e.g. an ``argparse.Namespace`` of the reference's options) as JSON-safe plain data."""
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        obj = vars(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): plain_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain_data(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if torch.is_tensor(obj) and obj.numel() == 1:
+        return obj.item()
+    return str(obj)

@@ -45,9 +45,14 @@ class BiGRUEncoder(TextEncoder):
         self.rnn = nn.GRU(init.shape[1], embed_dim, num_layers=text_cfg.get("num_layers", 1), batch_first=True,
                           bidirectional=True)
         self.max_len = text_cfg.get("max_len", 64)
+        self.tokenizer = text_cfg.get("tokenizer", "dataset")
         self.out_dim = embed_dim
 
     def collate(self, captions, tokens, indices=None, split=None):
+        if self.tokenizer == "nltk":  # the reference models' own tokens, from the caption text
+            from xmr.text.vocab import nltk_tokenize
+
+            tokens = [nltk_tokenize(c) for c in captions]
         ids = [self.vocab.encode(t)[: self.max_len] for t in tokens]
         lengths = torch.tensor([len(x) for x in ids])
         out = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
