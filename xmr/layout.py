@@ -134,6 +134,37 @@ def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
     return image_inputs(dataset, info, named.get(splits, [splits]) if isinstance(splits, str) else splits)
 
 
+def checkpoint_recipes(config_dir: str | Path = "config") -> list[str]:
+    """Names of the recipes (any dataset) with a ``checkpoint:`` section: their runs are imported from a published
+    checkpoint (rule ``import_checkpoint``), not trained. The section must be in the recipe file itself."""
+    from xmr.config import load_yaml
+
+    return sorted({p.stem for p in Path(config_dir).glob("recipes/*/*.yaml") if "checkpoint" in load_yaml(p)})
+
+
+def checkpoint_recipe_pattern(config_dir: str | Path = "config") -> str:
+    """The ``recipe`` wildcard of rule ``import_checkpoint``: exactly :func:`checkpoint_recipes` (none: nothing)."""
+    import re
+
+    names = checkpoint_recipes(config_dir)
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, str]:
+    """Files rule ``import_checkpoint`` reads: the recipe, the official file and its vocabulary (when a file)."""
+    from xmr.config import load_yaml
+
+    path = recipe_path(dataset, recipe, config_dir)
+    spec = load_yaml(path).get("checkpoint") if Path(path).exists() else None
+    if not spec:
+        raise XmrError(f"{path}: no checkpoint: section, but a recipe {recipe!r} of another dataset has one; "
+                       f"give the imported recipe its own name")
+    out = {"config": path, "src": str(spec["src"])}
+    if spec.get("vocab") and not Path(spec["vocab"]).is_dir():  # a tokenizer folder is no Snakemake input
+        out["vocab"] = str(spec["vocab"])
+    return out
+
+
 #: job kind -> the kind its evaluation-split jobs use (val/test are ~5,000 images, COCO's train 113,287)
 EVAL_KINDS = {"extract": "extract_eval"}
 

@@ -4,7 +4,7 @@ from snakemake.utils import min_version
 
 from xmr.doctor import workflow_preflight
 from xmr.tracking import warn_cluster_sqlite
-from xmr.layout import (AFTER_FAILURE, job_resource, parse_target, recipe_features, recipe_image_inputs,
+from xmr.layout import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, job_resource, parse_target, recipe_features, recipe_image_inputs,
                         recipe_path, recipe_text_feature_files, rerank_inputs, rerank_options, run_dir,
                         validate_workflow_config)
 

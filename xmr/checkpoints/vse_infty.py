@@ -27,8 +27,9 @@ from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, Imported
                                   rename_keys, strip_prefix)
 from xmr.errors import XmrError
 
-PUBLISHED_AT = ("https://github.com/woodfrog/vse_infty (README: 'Pre-trained models'; weights also on Hugging Face "
-                "cccjc/vse-infty): {coco,f30k}_butd_region_bigru, ... each a folder with model_best.pth")
+PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README, branch bigru): "
+                "folder {coco,f30k}_butd_region_bigru/model_best.pth; vocabularies {coco,f30k}_precomp_vocab.json: "
+                "SCAN's vocab download")
 GPO_RULES = [("gpool.gru.", "gru."), ("gpool.linear.", "score.")]
 REGION_RULES = [("fc.", "image_proj.fc."), ("mlp.layers.", "image_proj.mlp.layers."),
                 ("mlp.bns.0.", "image_proj.mlp.norms.0.")] + [(r, "image_pool." + x) for r, x in GPO_RULES]
