@@ -151,7 +151,9 @@ def checkpoint_recipe_pattern(config_dir: str | Path = "config") -> str:
 
 
 def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, str]:
-    """Files rule ``import_checkpoint`` reads: the recipe, the official file and its vocabulary (when a file)."""
+    """Files rule ``import_checkpoint`` reads: the recipe, and the official file and its vocabulary file when they
+    are there (then a new download re-imports). A missing one is no input, so that the target is still planned
+    (no training rule takes over) and the job, like ``xmr doctor``, names the file and where it is published."""
     from xmr.config import load_yaml
 
     path = recipe_path(dataset, recipe, config_dir)
@@ -159,9 +161,10 @@ def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "confi
     if not spec:
         raise XmrError(f"{path}: no checkpoint: section, but a recipe {recipe!r} of another dataset has one; "
                        f"give the imported recipe its own name")
-    out = {"config": path, "src": str(spec["src"])}
-    if spec.get("vocab") and not Path(spec["vocab"]).is_dir():  # a tokenizer folder is no Snakemake input
-        out["vocab"] = str(spec["vocab"])
+    out = {"config": path}
+    for key in ("src", "vocab"):
+        if spec.get(key) and Path(spec[key]).is_file():  # a tokenizer folder is no Snakemake input either
+            out[key] = str(spec[key])
     return out
 
 

@@ -50,6 +50,8 @@ class CheckpointFormat:
     # where the paper's authors publish the weights (for `xmr doctor` and the error of a missing file)
     published_at: str = ""
     needs_vocab: bool = False
+    # features.backbone of an import without a recipe (the features the released models were evaluated on)
+    default_backbone: str = ""
 
 
 CHECKPOINT_FORMATS: Registry[CheckpointFormat] = Registry("checkpoint format")

@@ -45,9 +45,10 @@ def checkpoint_spec(recipe: str | os.PathLike) -> dict:
 
 
 def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, dataset: str | None,
-                   name: str, config_dir: str | os.PathLike = "config", overrides: tuple[str, ...] = ()) -> dict:
-    """The run config: the recipe (or the method's config with ``dataset``), the overrides, then the sections the
-    checkpoint fixes, validated as any run config."""
+                   name: str, config_dir: str | os.PathLike = "config", overrides: tuple[str, ...] = (),
+                   backbone: str = "") -> dict:
+    """The run config: the recipe (or the method's config with ``dataset`` and the format's ``backbone``), the
+    overrides, then the sections the checkpoint fixes, validated as any run config."""
     from xmr.config import load_run_config
     from xmr.layout import method_config_path
 
@@ -56,6 +57,8 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
         if not dataset:
             raise XmrError("import-checkpoint: give --dataset (e.g. coco) or --recipe")
         sections = {"dataset": dataset, "name": name, **sections}
+        if backbone:
+            sections["features"] = {"backbone": backbone, **sections.get("features", {})}
         path = method_config_path(imported.method, config_dir)
     else:
         path = Path(recipe)
@@ -92,7 +95,7 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     if vocab is not None and not Path(vocab).exists():
         raise XmrError(f"{vocab}: vocabulary not found; it is published with the checkpoint (docs/checkpoints.md)")
     imported = form.read(src, Path(vocab) if vocab is not None else None, options)
-    cfg = resolve_config(imported, recipe, dataset, out.name, config_dir, overrides)
+    cfg = resolve_config(imported, recipe, dataset, out.name, config_dir, overrides, form.default_backbone)
 
     # the self-check: xmr's model takes exactly these tensors (strict), before anything is written
     model = build_model(cfg, imported.image_dim, imported.vocab_words, pretrained_backbone=False)

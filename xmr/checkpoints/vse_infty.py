@@ -117,7 +117,6 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
         raise XmrError(f"{src}: the image and text GPO modules differ in size; not a released VSE∞ model")
     config = {
         "method": "vse_inf",
-        "features": {"backbone": "butd_r101_k36"},
         "model": {"embed_dim": embed_dim, "residual_mlp": True, "gpo": gpo_config(img, "gpool."),
                   "l2_norm": "plus_eps"},
         "text": {"encoder": "bigru", "word_dim": int(txt["embed.weight"].shape[1]), "word_vectors": None,
@@ -133,5 +132,5 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
 
 
 CHECKPOINT_FORMATS.register("vse_infty")(CheckpointFormat(
-    name="vse_infty", read=read_vse_infty, needs_vocab=True, published_at=PUBLISHED_AT,
+    name="vse_infty", read=read_vse_infty, needs_vocab=True, published_at=PUBLISHED_AT, default_backbone="butd_r101_k36",
     description="VSE∞ (woodfrog/vse_infty) model_best.pth: BUTD region features + BiGRU"))
