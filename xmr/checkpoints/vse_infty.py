@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, plain_data,
-                                  rename_keys, strip_prefix)
+from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, check_state_keys,
+                                  load_official, plain_data, rename_keys, strip_prefix)
 from xmr.errors import XmrError
 
 PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README, branch bigru): "
@@ -83,6 +83,26 @@ def xmr_word_order(ref_words: list[str], embed: torch.Tensor) -> tuple[list[str]
     return words, embed[torch.tensor([index[w] for w in words])].clone()
 
 
+def gru_keys(prefix: str, layers: int, bidirectional: bool = True) -> list[str]:
+    names = [f"{w}_l{k}{d}" for k in range(layers) for d in ("", "_reverse")[: 1 + bidirectional]
+             for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+    return [prefix + n for n in names]
+
+
+def bn_keys(prefix: str) -> list[str]:
+    return [prefix + n for n in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")]
+
+
+#: the reference's state-dict keys of EncoderImageAggr (region) and EncoderText (BiGRU, ``layers`` GRU layers)
+GPO_KEYS = gru_keys("gpool.gru.", 1) + ["gpool.linear.weight"]
+REGION_KEYS = (["fc.weight", "fc.bias"] + [f"mlp.layers.{i}.{w}" for i in (0, 1) for w in ("weight", "bias")]
+               + bn_keys("mlp.bns.0.") + bn_keys("mlp.bns.1.") + GPO_KEYS)
+
+
+def bigru_keys(layers: int) -> list[str]:
+    return ["embed.weight"] + gru_keys("rnn.", layers) + GPO_KEYS
+
+
 def gpo_config(state: dict, prefix: str) -> dict:
     w = state[prefix + "gru.weight_ih_l0"]
     return {"pe_dim": int(w.shape[1]), "hidden_dim": int(w.shape[0] // 3)}
@@ -105,6 +125,9 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
         raise XmrError(f"{src}: no fc.weight / embed.weight in the encoders' states: not a VSE∞ BUTD region + "
                        f"BiGRU checkpoint; check --format")
     hint = "is this a VSE∞ BUTD region + BiGRU checkpoint (woodfrog/vse_infty, branch bigru)?"
+    layers = sum(1 for k in txt if k.startswith("rnn.weight_ih_l") and "reverse" not in k)
+    check_state_keys([f"img_enc.{k}" for k in REGION_KEYS] + [f"txt_enc.{k}" for k in bigru_keys(layers)],
+                     [f"img_enc.{k}" for k in img] + [f"txt_enc.{k}" for k in txt], src, hint)
     state = rename_keys(img, REGION_RULES, src, unused=("mlp.bns.1.",), hint=hint)
     state.update(rename_keys(txt, BIGRU_RULES, src, hint=hint))
     if vocab is None:
@@ -120,7 +143,7 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
         "model": {"embed_dim": embed_dim, "residual_mlp": True, "gpo": gpo_config(img, "gpool."),
                   "l2_norm": "plus_eps"},
         "text": {"encoder": "bigru", "word_dim": int(txt["embed.weight"].shape[1]), "word_vectors": None,
-                 "num_layers": sum(1 for k in txt if k.startswith("rnn.weight_ih_l") and "reverse" not in k),
+                 "num_layers": layers,
                  "tokenizer": "nltk", "max_len": 512},
     }
     if "margin" in opt:
