@@ -20,6 +20,12 @@ def max_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.masked_fill(~m, torch.finfo(x.dtype).min).max(1).values
 
 
+def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The state at the last valid position (VSE++'s one-directional GRU read at the caption's last token)."""
+    index = (lengths.long() - 1).clamp(min=0).to(x.device)
+    return x[torch.arange(x.shape[0], device=x.device), index]
+
+
 #: l2-normalisation conventions (``model.l2_norm``): ``clamp`` = ``x / max(‖x‖, 1e-12)`` (torch's F.normalize,
 #: xmr's default); ``plus_eps`` = ``x / (‖x‖ + 1e-8)`` (the reference code of VSE++ and VSE∞, ``l2norm``)
 L2_NORMS = ("clamp", "plus_eps")

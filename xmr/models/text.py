@@ -30,7 +30,8 @@ class TextEncoder(nn.Module):
 
 @TEXT_ENCODERS.register("bigru")
 class BiGRUEncoder(TextEncoder):
-    """Word embeddings (GloVe-initialised) -> bidirectional GRU; the two directions are averaged (VSE∞)."""
+    """Word embeddings (GloVe-initialised) -> bidirectional GRU; the two directions are averaged (VSE∞); or one
+    direction (``text.bidirectional: false``, VSE++)."""
 
     def __init__(self, text_cfg: dict, embed_dim: int, vocab_words: list[str], seed: int = 0) -> None:
         super().__init__()
@@ -42,8 +43,9 @@ class BiGRUEncoder(TextEncoder):
         self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=0)
         self.embed.weight.data.copy_(torch.from_numpy(init))
         self.embed.weight.requires_grad_(text_cfg.get("finetune_words", True))
+        self.bidirectional = text_cfg.get("bidirectional", True)
         self.rnn = nn.GRU(init.shape[1], embed_dim, num_layers=text_cfg.get("num_layers", 1), batch_first=True,
-                          bidirectional=True)
+                          bidirectional=self.bidirectional)
         self.max_len = text_cfg.get("max_len", 64)
         self.tokenizer = text_cfg.get("tokenizer", "dataset")
         self.out_dim = embed_dim
@@ -65,7 +67,8 @@ class BiGRUEncoder(TextEncoder):
         lengths = batch["lengths"]
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
-        h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
+        if self.bidirectional:
+            h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
         return h, lengths.to(h.device)
 
 
