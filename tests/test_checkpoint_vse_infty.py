@@ -159,3 +159,16 @@ def test_same_image_masking_changes_the_loss_where_the_reference_does_not(run_di
     same = triplet_loss(img @ txt.t(), positive_mask(idx, None, "image", True), 0.2, False)
     assert float(diag) == pytest.approx(ref, abs=TOL)
     assert float(same) < ref - 1e-3
+
+
+def test_training_vocabulary_follows_the_tokenizer():
+    """text.tokenizer: nltk builds the trained vocabulary from the same tokens its collate will look up."""
+    from types import SimpleNamespace
+
+    from xmr.train.trainer import build_vocab_words
+
+    split = SimpleNamespace(captions=["A man's dog isn't here."], tokens=[["a", "man", "s", "dog", "isn", "t", "here"]])
+    cfg = {"text": {"encoder": "bigru", "min_word_count": 1, "tokenizer": "nltk"}}
+    assert build_vocab_words(cfg, split)[4:] == [".", "'s", "a", "dog", "here", "is", "man", "n't"]
+    cfg["text"]["tokenizer"] = "dataset"
+    assert build_vocab_words(cfg, split)[4:] == ["a", "dog", "here", "isn", "man", "s", "t"]
