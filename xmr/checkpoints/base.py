@@ -185,3 +185,16 @@ def plain_data(obj: Any) -> Any:
     if torch.is_tensor(obj) and obj.numel() == 1:
         return obj.item()
     return str(obj)
+
+
+def map_encoders(img: Mapping[str, torch.Tensor], txt: Mapping[str, torch.Tensor], expected: tuple[list, list],
+                 rules: tuple[list, list], src: str | Path, hint: str = "", unused: Iterable[str] = ()
+                 ) -> dict[str, torch.Tensor]:
+    """A ``[img_enc, txt_enc]`` pair of reference states (VSE++/VSE∞ containers) checked against the reference's
+    ``expected`` key lists (errors name ``img_enc.``/``txt_enc.`` keys) and renamed by ``rules`` into one xmr state
+    dict; ``unused``: image-encoder key prefixes the reference builds but never uses."""
+    check_state_keys([f"img_enc.{k}" for k in expected[0]] + [f"txt_enc.{k}" for k in expected[1]],
+                     [f"img_enc.{k}" for k in img] + [f"txt_enc.{k}" for k in txt], src, hint)
+    state = rename_keys(img, rules[0], src, unused=unused, hint=hint)
+    state.update(rename_keys(txt, rules[1], src, hint=hint))
+    return state

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import torch
 import yaml
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, ImportedModel, check_state_keys

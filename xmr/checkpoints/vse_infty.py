@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 import torch
 
-from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, check_state_keys,
-                                  load_official, plain_data, rename_keys, strip_prefix)
+from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, map_encoders,
+                                  plain_data, strip_prefix)
 from xmr.errors import XmrError
 
 PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README, branch bigru): "
@@ -83,6 +84,15 @@ def xmr_word_order(ref_words: list[str], embed: torch.Tensor) -> tuple[list[str]
     return words, embed[torch.tensor([index[w] for w in words])].clone()
 
 
+def vocabulary_rows(vocab: Path | None, src: Path, read: Callable[[Path, Path, int], list[str]],
+                    embed: torch.Tensor, missing: str) -> tuple[list[str], torch.Tensor]:
+    """(xmr's vocabulary, the embedding rows permuted to it) from a reference vocabulary file; ``read(vocab, src,
+    rows)`` lists its words in index order (checking the count); ``missing``: what to pass when none is given."""
+    if vocab is None:
+        raise XmrError(f"{src}: a BiGRU model needs its vocabulary: pass --vocab {missing}")
+    return xmr_word_order(read(Path(vocab), src, int(embed.shape[0])), embed)
+
+
 def gru_keys(prefix: str, layers: int, bidirectional: bool = True) -> list[str]:
     names = [f"{w}_l{k}{d}" for k in range(layers) for d in ("", "_reverse")[: 1 + bidirectional]
              for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
@@ -126,15 +136,11 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
                        f"BiGRU checkpoint; check --format")
     hint = "is this a VSE∞ BUTD region + BiGRU checkpoint (woodfrog/vse_infty, branch bigru)?"
     layers = sum(1 for k in txt if k.startswith("rnn.weight_ih_l") and "reverse" not in k)
-    check_state_keys([f"img_enc.{k}" for k in REGION_KEYS] + [f"txt_enc.{k}" for k in bigru_keys(layers)],
-                     [f"img_enc.{k}" for k in img] + [f"txt_enc.{k}" for k in txt], src, hint)
-    state = rename_keys(img, REGION_RULES, src, unused=("mlp.bns.1.",), hint=hint)
-    state.update(rename_keys(txt, BIGRU_RULES, src, hint=hint))
-    if vocab is None:
-        raise XmrError(f"{src}: a BiGRU model needs its vocabulary: pass --vocab coco_precomp_vocab.json (COCO) or "
-                       f"f30k_precomp_vocab.json (Flickr30K) from the released vocab folder")
-    ref_words = read_scan_vocab(Path(vocab), src, int(txt["embed.weight"].shape[0]))
-    words, state["text.embed.weight"] = xmr_word_order(ref_words, txt["embed.weight"])
+    state = map_encoders(img, txt, (REGION_KEYS, bigru_keys(layers)), (REGION_RULES, BIGRU_RULES), src, hint,
+                         unused=("mlp.bns.1.",))
+    words, state["text.embed.weight"] = vocabulary_rows(
+        vocab, src, read_scan_vocab, txt["embed.weight"],
+        "coco_precomp_vocab.json (COCO) or f30k_precomp_vocab.json (Flickr30K) from the released vocab folder")
     embed_dim, image_dim = (int(n) for n in img["fc.weight"].shape)
     if gpo_config(img, "gpool.") != gpo_config(txt, "gpool."):
         raise XmrError(f"{src}: the image and text GPO modules differ in size; not a released VSE∞ model")

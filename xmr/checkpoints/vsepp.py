@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, check_state_keys,
-                                  load_plain_pickle, plain_data, rename_keys)
-from xmr.checkpoints.vse_infty import gru_keys, read_container, xmr_word_order
+from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_plain_pickle,
+                                  map_encoders, plain_data)
+from xmr.checkpoints.vse_infty import gru_keys, read_container, vocabulary_rows
 from xmr.errors import XmrError
 
 PUBLISHED_AT = ("https://github.com/fartashf/vsepp (README 'Pre-trained models': runs.tar with "
@@ -58,16 +58,12 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     if any("reverse" in k for k in txt):
         raise XmrError(f"{src}: a bidirectional text GRU; not a released VSE++ model (is --format vse_infty right?)")
     hint = "is this a VSE++ precomputed-feature checkpoint (fartashf/vsepp)?"
-    check_state_keys([f"img_enc.{k}" for k in ("fc.weight", "fc.bias")]
-                     + [f"txt_enc.{k}" for k in ["embed.weight"] + gru_keys("rnn.", layers, bidirectional=False)],
-                     [f"img_enc.{k}" for k in img] + [f"txt_enc.{k}" for k in txt], src, hint)
-    state = rename_keys(img, [("fc.", "image_proj.fc.")], src, hint=hint)
-    state.update(rename_keys(txt, [("embed.", "text.embed."), ("rnn.", "text.rnn.")], src, hint=hint))
-    if vocab is None:
-        raise XmrError(f"{src}: VSE++ needs its vocabulary: pass --vocab vocab/{opt.get('data_name', 'coco_precomp')}"
-                       f"_vocab.pkl from the released vocab.tar")
-    ref_words = read_pickled_vocab(Path(vocab), src, int(txt["embed.weight"].shape[0]))
-    words, state["text.embed.weight"] = xmr_word_order(ref_words, txt["embed.weight"])
+    expected = (["fc.weight", "fc.bias"], ["embed.weight"] + gru_keys("rnn.", layers, bidirectional=False))
+    rules = ([("fc.", "image_proj.fc.")], [("embed.", "text.embed."), ("rnn.", "text.rnn.")])
+    state = map_encoders(img, txt, expected, rules, src, hint)
+    words, state["text.embed.weight"] = vocabulary_rows(
+        vocab, src, read_pickled_vocab, txt["embed.weight"],
+        f"vocab/{opt.get('data_name', 'coco_precomp')}_vocab.pkl from the released vocab.tar")
     embed_dim, image_dim = (int(n) for n in img["fc.weight"].shape)
     config = {
         "method": "vsepp",
