@@ -81,13 +81,24 @@ def test_vocabulary_size_disagrees_with_the_embedding(tmp_path, capsys):
     assert "35-row word embedding; pass the vocabulary the model was trained with" in err
 
 
-def test_bert_checkpoint_is_named_as_not_yet_importable(tmp_path, capsys):
-    ck = _official()
-    ck["model"][1] = {"bert.embeddings.word_embeddings.weight": torch.zeros(30, 8), "linear.weight": torch.zeros(32, 8)}
-    src = tmp_path / "model_best.pth"
-    torch.save(ck, src)
-    err = _import(tmp_path, src, capsys)
-    assert f"{src}: a VSE∞ BERT model (branch master)" in err
+@pytest.mark.parametrize("folder", ["missing", "no_tokenizer"])
+def test_bert_checkpoint_without_tokenizer_files(tmp_path, capsys, folder):
+    src = REPO / "tests" / "fixtures" / "checkpoints" / "vse_infty_bert" / "model_best.pth"
+    tok = tmp_path / "bert-base-uncased"
+    if folder == "no_tokenizer":  # the model's config and weights, but neither vocab.txt nor tokenizer.json
+        tok.mkdir()
+        (tok / "config.json").write_text("{}")
+    err = _import(tmp_path, src, capsys, vocab=tok) if folder == "no_tokenizer" else None
+    if folder == "missing":
+        out = tmp_path / "runs" / "coco" / "imported"
+        assert main(["import-checkpoint", "--format", "vse_infty", "--src", str(src), "--dataset", "coco",
+                     "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and not out.exists()
+        assert f"{src}: a VSE∞ BERT model needs its tokenizer: pass --vocab DIR" in err
+    else:
+        assert f"{tok}: no tokenizer files (vocab.txt or tokenizer.json) for the BERT model {src}" in err
+    assert "huggingface-cli download bert-base-uncased" in err
 
 
 @pytest.mark.parametrize("change, words", [("missing", ["missing keys txt_enc.gpool.linear.weight"]),

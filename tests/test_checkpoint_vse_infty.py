@@ -172,3 +172,36 @@ def test_training_vocabulary_follows_the_tokenizer():
     assert build_vocab_words(cfg, split)[4:] == ["'s", ".", "a", "dog", "here", "is", "man", "n't"]  # sorted: ' (39) < . (46)
     cfg["text"]["tokenizer"] = "dataset"
     assert build_vocab_words(cfg, split)[4:] == ["a", "dog", "here", "isn", "man", "s", "t"]
+
+
+# -- BUTD region + BERT (branch master; fixture vse_infty_bert/, made by make_vse_infty_bert.py) --------------------
+BERT = REPO / "tests" / "fixtures" / "checkpoints" / "vse_infty_bert"
+
+
+@pytest.fixture(scope="module")
+def bert_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "coco" / "vse_inf_official_bert"
+    import_checkpoint(out, "vse_infty", BERT / "model_best.pth", BERT / "bert_tiny", dataset="coco",
+                      config_dir=REPO / "config")
+    return out
+
+
+def test_bert_model_equals_the_reference(bert_run):
+    """module.-prefixed encoders (the master branch always wraps them in DataParallel), BERT -> linear -> GPO."""
+    inputs = json.loads((BERT / "inputs.json").read_text())
+    model, cfg = load_trained(bert_run)
+    assert cfg["text"]["encoder"] == "bert" and cfg["model"]["l2_norm"] == "plus_eps"
+    prov = json.loads((bert_run / "provenance.json").read_text())
+    assert prov["reported"]["module_prefix"] == {"image": True, "text": True}
+    batch = model.text.collate(inputs["captions"], [[] for _ in inputs["captions"]])
+    # the same word pieces as the reference's basic + WordPiece tokenization, [CLS] ... [SEP] included
+    ids = [row[: int(n)].tolist() for row, n in zip(batch["input_ids"], batch["lengths"])]
+    assert ids == inputs["caption_ids"]
+    feats = torch.from_numpy(np.load(BERT / "images.npy"))
+    with torch.no_grad():
+        img = model.encode_image(feats, torch.tensor(inputs["regions"]))
+        cap = model.encode_text(batch)
+    np.testing.assert_allclose(img.numpy(), np.load(BERT / "expected_img_emb.npy"), atol=TOL, rtol=0)
+    np.testing.assert_allclose(cap.numpy(), np.load(BERT / "expected_cap_emb.npy"), atol=TOL, rtol=0)
+    np.testing.assert_allclose(model.similarity_matrix(img, cap).numpy(), np.load(BERT / "expected_sims.npy"),
+                               atol=TOL, rtol=0)

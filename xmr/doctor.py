@@ -224,8 +224,9 @@ def _check_checkpoint(rep: Report, spec: dict) -> None:
             f"{where}; put it at {spec['src']} or set checkpoint.src in the recipe (docs/checkpoints.md)")
     if spec.get("vocab"):
         rep.add("checkpoint vocabulary", spec["vocab"], Path(spec["vocab"]).exists(),
-                f"published with the checkpoint ({fmt.published_at or 'docs/checkpoints.md'}); put it at "
-                f"{spec['vocab']} or set checkpoint.vocab in the recipe")
+                f"the vocabulary file or tokenizer folder the checkpoint needs "
+                f"({fmt.published_at or 'docs/checkpoints.md'}); put it at {spec['vocab']} or set checkpoint.vocab "
+                f"in the recipe")
 
 
 def _check_tracking(rep: Report, cfg: dict | None) -> None:

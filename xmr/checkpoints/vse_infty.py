@@ -28,9 +28,9 @@ from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, Imported
                                   plain_data, strip_prefix)
 from xmr.errors import XmrError
 
-PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README, branch bigru): "
-                "folder {coco,f30k}_butd_region_bigru/model_best.pth; vocabularies {coco,f30k}_precomp_vocab.json: "
-                "SCAN's vocab download")
+PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README): folders "
+                "{coco,f30k}_butd_region_{bigru,bert}/model_best.pth; BiGRU vocabularies: SCAN's "
+                "{coco,f30k}_precomp_vocab.json; BERT: a local bert-base-uncased folder")
 GPO_RULES = [("gpool.gru.", "gru."), ("gpool.linear.", "score.")]
 REGION_RULES = [("fc.", "image_proj.fc."), ("mlp.layers.", "image_proj.mlp.layers."),
                 ("mlp.bns.0.", "image_proj.mlp.norms.0.")] + [(r, "image_pool." + x) for r, x in GPO_RULES]
@@ -129,8 +129,7 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
         raise XmrError(f"{src}: a VSE∞ grid model (backbone weights inside); xmr imports the BUTD region models of "
                        f"vse_infty so far (docs/checkpoints.md)")
     if any(k.startswith("bert.") for k in txt):
-        raise XmrError(f"{src}: a VSE∞ BERT model (branch master); xmr imports the BiGRU models (branch bigru) so "
-                       f"far (docs/checkpoints.md)")
+        return read_region_bert(src, vocab, img, txt, opt, extra, prefixed)
     if "fc.weight" not in img or "embed.weight" not in txt:
         raise XmrError(f"{src}: no fc.weight / embed.weight in the encoders' states: not a VSE∞ BUTD region + "
                        f"BiGRU checkpoint; check --format")
@@ -160,6 +159,54 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
     return ImportedModel("vse_inf", config, state, image_dim, words, provenance)
 
 
+#: tokenizer files of a BERT folder (save_pretrained); one of them must be there
+BERT_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json")
+POSITION_IDS = "bert.embeddings.position_ids"
+BERT_RULES = [("bert.", "text.bert."), ("linear.", "text.proj.")] + [(r, "text_pool." + x) for r, x in GPO_RULES]
+
+
+def check_bert_folder(vocab: Path | None, src: Path) -> Path:
+    """The local BERT folder a BERT model's text side is built from (its tokenizer files and config)."""
+    what = ("the local bert-base-uncased folder the model was trained with (`huggingface-cli download "
+            "bert-base-uncased --local-dir DIR` on a connected machine)")
+    if vocab is None or not Path(vocab).is_dir():
+        raise XmrError(f"{src}: a VSE∞ BERT model needs its tokenizer: pass --vocab DIR, {what}")
+    vocab = Path(vocab)
+    if not any((vocab / f).is_file() for f in BERT_TOKENIZER_FILES):
+        raise XmrError(f"{vocab}: no tokenizer files ({' or '.join(BERT_TOKENIZER_FILES)}) for the BERT model "
+                       f"{src}; pass {what}")
+    if not (vocab / "config.json").is_file():
+        raise XmrError(f"{vocab}: no config.json for the BERT model {src}; pass {what}")
+    return vocab
+
+
+def read_region_bert(src: Path, vocab: Path | None, img: dict, txt: dict, opt: dict, extra: dict,
+                     prefixed: dict) -> ImportedModel:
+    """BUTD region + BERT (branch master): BertModel -> ``linear`` on every token -> GPO; ``bert.*`` ->
+    ``text.bert.*`` (the tensors of the checkpoint replace the folder's pretrained ones), ``linear`` ->
+    ``text.proj``."""
+    folder = check_bert_folder(vocab, src)
+    hint = "is this a VSE∞ BUTD region + BERT checkpoint (woodfrog/vse_infty, branch master)?"
+    # a buffer older transformers versions saved with the weights; the model rebuilds it
+    dropped = sorted(k for k in img if k.startswith("mlp.bns.1.")) + [k for k in txt if k == POSITION_IDS]
+    txt = {k: v for k, v in txt.items() if k != POSITION_IDS}
+    bert_keys = [k for k in txt if k.startswith("bert.")]  # checked one by one by the importer's strict load
+    state = map_encoders(img, txt, (REGION_KEYS, bert_keys + ["linear.weight", "linear.bias"] + GPO_KEYS),
+                         (REGION_RULES, BERT_RULES), src, hint, unused=("mlp.bns.1.",))
+    embed_dim, image_dim = (int(n) for n in img["fc.weight"].shape)
+    config = {
+        "method": "vse_inf",
+        "model": {"embed_dim": embed_dim, "residual_mlp": True, "gpo": gpo_config(img, "gpool."),
+                  "l2_norm": "plus_eps"},
+        "text": {"encoder": "bert", "bert_path": str(folder), "max_len": 512},
+    }
+    if "margin" in opt:
+        config["loss"] = {"margin": float(opt["margin"])}
+    provenance = {**extra, "architecture": "BUTD region (FC + MLP) + BERT, GPO pooling", "module_prefix": prefixed,
+                  "dropped_unused_keys": dropped, "opt": plain_data(opt)}
+    return ImportedModel("vse_inf", config, state, image_dim, None, provenance)
+
+
 CHECKPOINT_FORMATS.register("vse_infty")(CheckpointFormat(
     name="vse_infty", read=read_vse_infty, needs_vocab=True, published_at=PUBLISHED_AT, default_backbone="butd_r101_k36",
-    description="VSE∞ (woodfrog/vse_infty) model_best.pth: BUTD region features + BiGRU"))
+    description="VSE∞ (woodfrog/vse_infty) model_best.pth: BUTD region features + BiGRU or BERT"))
