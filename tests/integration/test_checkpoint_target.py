@@ -82,3 +82,8 @@ def test_fixture_checkpoint_target_runs_end_to_end(tmp_path):
     assert result["n_images"] == len(test) and 0 <= result["rsum"] <= 600
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["recipe"].endswith("vse_inf_fixture_ckpt.yaml") and prov["format"] == "vse_infty"
+    # and like any run: free-text search over the test gallery (the fixture's nltk tokens, its vocabulary)
+    out = run([str(BIN / "python"), "-m", "xmr", "search", "--run", str(run_dir), "--text", "a red car", "--k", "3"],
+              root, env, timeout=300).stdout
+    assert "query: a red car  (test split, vse_inf)" in out
+    assert [int(m) for m in re.findall(r"^\s+(\d)\s+-?\d\.\d{4}\s", out, flags=re.M)] == [1, 2, 3], out
