@@ -33,9 +33,28 @@ def run_dir(tmp_path_factory):
     return out
 
 
-def test_the_fixture_is_a_pre_zip_protocol_2_pickle():
-    head = (FIX / "model_best.pth.tar").read_bytes()[:2]
-    assert head == b"\x80\x02"  # legacy (torch < 1.6) serialization, pickle protocol 2, not a zip archive
+def test_the_fixture_is_a_pre_zip_protocol_2_pickle_with_byte_strings():
+    data = (FIX / "model_best.pth.tar").read_bytes()
+    assert data[:2] == b"\x80\x02"  # legacy (torch < 1.6) serialization, pickle protocol 2, not a zip archive
+    assert b"U\x09fc.weight" in data and b"X\x09\x00\x00\x00fc.weight" not in data  # Python 2 str, not unicode
+
+
+def test_python2_byte_strings_that_are_not_utf8_are_read_as_latin1(tmp_path):
+    """A Python 2 file whose option strings hold latin-1 bytes (a path with an accent): the first read (UTF-8)
+    fails, the latin-1 retry gives the text."""
+    import argparse
+    import sys
+
+    from xmr.checkpoints.base import load_official
+
+    sys.path.insert(0, str(FIX.parent))
+    import py2pickle
+
+    src = tmp_path / "model_best.pth.tar"
+    ck = {"model": [{"fc.weight": torch.ones(2, 3)}, {}], "opt": argparse.Namespace(logger_name="runs/caf\xe9")}
+    torch.save(ck, src, pickle_module=py2pickle, pickle_protocol=2, _use_new_zipfile_serialization=False)
+    got = load_official(src, [argparse.Namespace])
+    assert got["opt"].logger_name == "runs/caf\xe9" and torch.equal(got["model"][0]["fc.weight"], torch.ones(2, 3))
 
 
 def test_embeddings_and_similarities_equal_the_reference(run_dir):
