@@ -95,7 +95,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
         raise XmrError(f"{src}: checkpoint not found; download it from {form.published_at or 'the authors'} "
                        f"(docs/checkpoints.md)")
     if vocab is not None and not Path(vocab).exists():
-        raise XmrError(f"{vocab}: vocabulary not found; it is published with the checkpoint (docs/checkpoints.md)")
+        raise XmrError(f"{vocab}: not found; pass the vocabulary file or tokenizer folder the model was trained "
+                       f"with ({form.published_at or 'docs/checkpoints.md'})")
     imported = form.read(src, Path(vocab) if vocab is not None else None, options)
     cfg = resolve_config(imported, recipe, dataset, out.name, config_dir, overrides, form.default_backbone)
 
