@@ -131,3 +131,18 @@ def test_val_test_extraction_asks_for_less_than_train():
     # without extract_eval anywhere, val/test fall back to extract
     no_eval = {"default": {k: v for k, v in d.items() if k != "extract_eval"}}
     assert job_resource(no_eval, "extract", "runtime", "coco", "test") == 720
+
+
+def test_official_checkpoint_target_names_the_checkpoint_and_only_test_features(bare):
+    """A recipe with a checkpoint: section: the official file and its vocabulary, where they are published, and
+    only the test split's features (nothing is trained)."""
+    rep = doctor("coco", "results/coco/vse_inf_official_bigru_fr.json", CONFIG)
+    miss = _missing(rep)
+    ck = miss["checkpoint (vse_infty)"]
+    assert ck.path == "data/checkpoints/vse_infty/coco_butd_region_bigru/model_best.pth"
+    assert "https://huggingface.co/cccjc/vse-infty" in ck.fix
+    assert miss["checkpoint vocabulary"].path == "data/checkpoints/vse_infty/vocab/coco_precomp_vocab.json"
+    assert [n.what for n in rep.needs if n.what.startswith("features")] == ["features test"]
+    (bare / "data/checkpoints/vse_infty/vocab").mkdir(parents=True)
+    (bare / "data/checkpoints/vse_infty/vocab/coco_precomp_vocab.json").write_text("{}")
+    assert "checkpoint vocabulary" not in _missing(doctor("coco", "vse_inf_official_bigru", CONFIG))

@@ -214,6 +214,22 @@ def _check_text(rep: Report, cfg: dict, dataset: str, config_dir: str | Path) ->
                         f"{_download_hint(wv, 'get the file')}; or set word_vectors in {config_dir}/text_features.yaml")
 
 
+def _check_checkpoint(rep: Report, spec: dict) -> None:
+    """A recipe that imports a published checkpoint: the official file and its vocabulary, and where the authors
+    publish them."""
+    from xmr.checkpoints import CHECKPOINT_FORMATS
+
+    fmt = CHECKPOINT_FORMATS.get(spec["format"])
+    where = f"download it from {fmt.published_at}" if fmt.published_at else "download it from the authors' release"
+    rep.add(f"checkpoint ({spec['format']})", spec["src"], Path(spec["src"]).is_file(),
+            f"{where}; put it at {spec['src']} or set checkpoint.src in the recipe (docs/checkpoints.md)")
+    if spec.get("vocab"):
+        rep.add("checkpoint vocabulary", spec["vocab"], Path(spec["vocab"]).exists(),
+                f"the vocabulary file or tokenizer folder the checkpoint needs "
+                f"({fmt.published_at or 'docs/checkpoints.md'}); put it at {spec['vocab']} or set checkpoint.vocab "
+                f"in the recipe")
+
+
 def _check_tracking(rep: Report, cfg: dict | None) -> None:
     if cfg is not None and not cfg["tracking"]["enabled"]:
         return
@@ -255,7 +271,11 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
     rep.recipe, rep.reranker = parse_target(dataset, target_name(dataset, target), config_dir)
     cfg = load_run_config(recipe_path(dataset, rep.recipe, config_dir))
     _check_dataset(rep, ds, need_images=False)
-    _check_features(rep, dataset, ds, recipe_features(dataset, rep.recipe, config_dir), config_dir)
+    info = recipe_features(dataset, rep.recipe, config_dir)
+    if cfg.get("checkpoint"):  # imported, not trained: the official file, and only the test split's features
+        _check_checkpoint(rep, cfg["checkpoint"])
+        info = {**info, "splits": info["splits"][2:]}
+    _check_features(rep, dataset, ds, info, config_dir)
     _check_text(rep, cfg, dataset, config_dir)
     _check_tracking(rep, cfg)
     return rep

@@ -11,7 +11,7 @@ from typing import Iterable
 import copy
 from functools import lru_cache
 
-from xmr.config import (_load_with_extends, apply_overrides, find_config_dir, load_backbone_config,
+from xmr.config import (_load_with_extends, apply_overrides, deep_merge, find_config_dir, load_backbone_config,
                         load_dataset_config, load_schema, validate)
 from xmr.errors import XmrError
 from xmr.methods import METHODS
@@ -36,10 +36,14 @@ def _run_schema(encoders: tuple[str, ...], similarities: tuple[str, ...]) -> dic
     return schema
 
 
-def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = ()) -> dict:
-    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``."""
+def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None) -> dict:
+    """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``. ``sections``
+    (nested dict, e.g. what an imported checkpoint fixes) are merged over the file and the overrides before
+    validation."""
     path = Path(path)
     cfg = apply_overrides(_load_with_extends(path), overrides)
+    if sections:
+        cfg = deep_merge(cfg, sections)
     cfg.setdefault("name", path.stem)
     src = str(path)
     validate(cfg, run_schema(), src)

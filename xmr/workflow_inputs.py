@@ -266,3 +266,39 @@ def announce_trainings(target: str, run_dirs: list[Path]) -> None:
         return
     _ANNOUNCED.add(target)
     print(training_count_message(target, run_dirs), file=sys.stderr, flush=True)
+
+
+# --- imported checkpoints ---------------------------------------------------------------------------------------
+
+def checkpoint_recipes(config_dir: str | Path = "config") -> list[str]:
+    """Names of the recipes (any dataset) with a ``checkpoint:`` section: their runs are imported from a published
+    checkpoint (rule ``import_checkpoint``), not trained. The section must be in the recipe file itself."""
+    from xmr.config import load_yaml
+
+    return sorted({p.stem for p in Path(config_dir).glob("recipes/*/*.yaml") if "checkpoint" in load_yaml(p)})
+
+
+def checkpoint_recipe_pattern(config_dir: str | Path = "config") -> str:
+    """The ``recipe`` wildcard of rule ``import_checkpoint``: exactly :func:`checkpoint_recipes` (none: nothing)."""
+    import re
+
+    names = checkpoint_recipes(config_dir)
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, str]:
+    """Files rule ``import_checkpoint`` reads: the recipe, and the official file and its vocabulary file when they
+    are there (then a new download re-imports). A missing one is no input, so that the target is still planned
+    (no training rule takes over) and the job, like ``xmr doctor``, names the file and where it is published."""
+    from xmr.config import load_yaml
+
+    path = recipe_path(dataset, recipe, config_dir)
+    spec = load_yaml(path).get("checkpoint") if Path(path).exists() else None
+    if not spec:
+        raise XmrError(f"{path}: no checkpoint: section, but a recipe {recipe!r} of another dataset has one; "
+                       f"give the imported recipe its own name")
+    out = {"config": path}
+    for key in ("src", "vocab"):
+        if spec.get(key) and Path(spec[key]).is_file():  # a tokenizer folder is no Snakemake input either
+            out[key] = str(spec[key])
+    return out

@@ -7,8 +7,9 @@ from xmr.doctor import workflow_preflight
 from xmr.tracking import warn_cluster_sqlite
 from xmr.jobs import job_resource, train_job
 from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
-from xmr.workflow_inputs import (AFTER_FAILURE, feature_dirs_pattern, parse_result, rerank_inputs, rerank_options,
-                                 run_config, run_inputs, run_split_inputs, validate_workflow_config)
+from xmr.workflow_inputs import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
+                                 parse_result, rerank_inputs, rerank_options, run_config, run_inputs, run_split_inputs,
+                                 validate_workflow_config)
 
 min_version("9.0")
 

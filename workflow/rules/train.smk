@@ -28,6 +28,27 @@ rule train:
         "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress > {log} 2>&1"
 
 
+# A recipe with a checkpoint: section names a published model instead of a training run: its run directory is
+# imported (`xmr import-checkpoint`), never trained (docs/checkpoints.md).
+ruleorder: import_checkpoint > train
+
+
+rule import_checkpoint:
+    input:
+        unpack(lambda wc: checkpoint_inputs(wc.dataset, wc.recipe)),
+    output:
+        ckpt=f"runs/{{dataset}}/{{recipe,{checkpoint_recipe_pattern()}}}/best.pt",
+    log:
+        "logs/import/{dataset}_{recipe}_checkpoint.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} import-checkpoint --recipe {input.config} --out runs/{wildcards.dataset}/{wildcards.recipe}"
+        " > {log} 2>&1"
+
+
 rule score:
     input:
         unpack(inputs_of("score")),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -50,6 +51,8 @@ class CheckpointFormat:
     # where the paper's authors publish the weights (for `xmr doctor` and the error of a missing file)
     published_at: str = ""
     needs_vocab: bool = False
+    # features.backbone of an import without a recipe (the features the released models were evaluated on)
+    default_backbone: str = ""
 
 
 CHECKPOINT_FORMATS: Registry[CheckpointFormat] = Registry("checkpoint format")
@@ -75,7 +78,10 @@ def load_official(path: str | Path, allowed_globals: Iterable[Any] = ()) -> Any:
     last: Exception | None = None
     for kwargs in ({}, {"encoding": "latin1"}):
         try:
-            with torch.serialization.safe_globals(list(allowed_globals)):
+            with torch.serialization.safe_globals(list(allowed_globals)), warnings.catch_warnings():
+                # torch warns that `encoding` is ignored under weights_only, yet its weights-only unpickler decodes
+                # Python 2 byte strings with it (tests/test_checkpoint_vsepp.py reads latin-1 bytes this way)
+                warnings.filterwarnings("ignore", message="pickle_load_args only works")
                 return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
         except Exception as e:  # noqa: BLE001 - retried with latin1, then reported in one line
             last = e
@@ -147,3 +153,52 @@ def check_state_keys(expected: Iterable[str], got: Iterable[str], src: str | Pat
 
 def _short(keys: list[str], n: int = 6) -> str:
     return ", ".join(keys[:n]) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
+
+
+def rename_keys(state: Mapping[str, torch.Tensor], rules: Iterable[tuple[str, str]], src: str | Path,
+                unused: Iterable[str] = (), hint: str = "") -> dict[str, torch.Tensor]:
+    """Map a reference state dict onto xmr's names: each key takes the first rule ``(ref_prefix, xmr_prefix)``
+    whose prefix it starts with; keys starting with an ``unused`` prefix (built by the reference, never used in
+    its forward) are dropped by name; any other key is an error listing them (:func:`check_state_keys`)."""
+    rules, unused = list(rules), tuple(unused)
+    out, unknown = {}, []
+    for key, value in state.items():
+        if unused and key.startswith(unused):
+            continue
+        for ref, ours in rules:
+            if key.startswith(ref):
+                out[ours + key[len(ref):]] = value
+                break
+        else:
+            unknown.append(key)
+    if unknown:
+        check_state_keys([], unknown, src, hint)
+    return out
+
+
+def plain_data(obj: Any) -> Any:
+    """``obj`` (e.g. an ``argparse.Namespace`` of the reference's options) as JSON-safe plain data."""
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        obj = vars(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): plain_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [plain_data(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if torch.is_tensor(obj) and obj.numel() == 1:
+        return obj.item()
+    return str(obj)
+
+
+def map_encoders(img: Mapping[str, torch.Tensor], txt: Mapping[str, torch.Tensor], expected: tuple[list, list],
+                 rules: tuple[list, list], src: str | Path, hint: str = "", unused: Iterable[str] = ()
+                 ) -> dict[str, torch.Tensor]:
+    """A ``[img_enc, txt_enc]`` pair of reference states (VSE++/VSE∞ containers) checked against the reference's
+    ``expected`` key lists (errors name ``img_enc.``/``txt_enc.`` keys) and renamed by ``rules`` into one xmr state
+    dict; ``unused``: image-encoder key prefixes the reference builds but never uses."""
+    check_state_keys([f"img_enc.{k}" for k in expected[0]] + [f"txt_enc.{k}" for k in expected[1]],
+                     [f"img_enc.{k}" for k in img] + [f"txt_enc.{k}" for k in txt], src, hint)
+    state = rename_keys(img, rules[0], src, unused=unused, hint=hint)
+    state.update(rename_keys(txt, rules[1], src, hint=hint))
+    return state

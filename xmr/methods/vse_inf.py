@@ -8,13 +8,13 @@ Training-time augmentations (random region/grid drop, caption token masking/repl
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
 from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
+from xmr.models.pooling import L2_NORMS, l2_normalize
 from xmr.models.text import build_text_encoder
 
 GPO_SCHEMA = strict_section({
@@ -39,6 +39,9 @@ class VSEInfinity(RetrievalModel):
                 "residual_mlp": {"type": "boolean", "default": True,
                                  "description": "FC + 2-layer MLP residual (region features); false = FC (grids)"},
                 "gpo": GPO_SCHEMA,
+                "l2_norm": {"enum": list(L2_NORMS), "default": "clamp",
+                            "description": "clamp: x / max(|x|, 1e-12) (F.normalize); plus_eps: x / (|x| + 1e-8), "
+                                           "the released code's l2norm (imported checkpoints use it)"},
                 "size_augment": SIZE_AUGMENT_SCHEMA,
                 "text_augment": TEXT_AUGMENT_SCHEMA,
             }),
@@ -62,13 +65,13 @@ class VSEInfinity(RetrievalModel):
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         if self.training:
             feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
-        return F.normalize(self.image_pool(self.image_proj(feats), num_regions), dim=-1)
+        return l2_normalize(self.image_pool(self.image_proj(feats), num_regions), self.cfg["model"]["l2_norm"])
 
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.training:
             batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
         h, lengths = self.text(batch)
-        return F.normalize(self.text_pool(h, lengths), dim=-1)
+        return l2_normalize(self.text_pool(h, lengths), self.cfg["model"]["l2_norm"])
 
     def compute_loss(self, img, txt, pos_mask, epoch):
         loss_cfg = self.cfg["loss"]

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
 from xmr.models.image import LocalProjection
-from xmr.models.pooling import max_pool, mean_pool
+from xmr.models.pooling import last_pool, max_pool, mean_pool
 from xmr.models.text import build_text_encoder
 
-POOLS = {"mean": mean_pool, "max": max_pool}
+POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool}  # last: the released code's GRU read (text)
 
 
 @METHODS.register("vsepp")

@@ -18,3 +18,21 @@ def mean_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 def max_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     m = length_mask(lengths, x.shape[1]).unsqueeze(-1)
     return x.masked_fill(~m, torch.finfo(x.dtype).min).max(1).values
+
+
+def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The state at the last valid position (VSE++'s one-directional GRU read at the caption's last token)."""
+    index = (lengths.long() - 1).clamp(min=0).to(x.device)
+    return x[torch.arange(x.shape[0], device=x.device), index]
+
+
+#: l2-normalisation conventions (``model.l2_norm``): ``clamp`` = ``x / max(‖x‖, 1e-12)`` (torch's F.normalize,
+#: xmr's default); ``plus_eps`` = ``x / (‖x‖ + 1e-8)`` (the reference code of VSE++ and VSE∞, ``l2norm``)
+L2_NORMS = ("clamp", "plus_eps")
+
+
+def l2_normalize(x: torch.Tensor, mode: str = "clamp") -> torch.Tensor:
+    """Unit rows along the last dimension, in one of the :data:`L2_NORMS` conventions."""
+    if mode == "plus_eps":
+        return x / (x.pow(2).sum(-1, keepdim=True).sqrt() + 1e-8)
+    return torch.nn.functional.normalize(x, dim=-1)

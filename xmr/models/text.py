@@ -30,8 +30,9 @@ class TextEncoder(nn.Module):
 
 @TEXT_ENCODERS.register("bigru")
 class BiGRUEncoder(TextEncoder):
-    """Word embeddings (GloVe-initialised) -> bidirectional GRU. ``text.bigru_directions``: ``mean`` averages the
-    two directions' D-wide outputs (VSE∞); ``concat`` concatenates two D/2-wide directions (PVSE, PCME code)."""
+    """Word embeddings (GloVe-initialised) -> GRU. ``text.bigru_directions``: ``mean`` averages the two
+    directions' D-wide outputs (VSE∞); ``concat`` concatenates two D/2-wide directions (PVSE, PCME code);
+    ``forward`` runs one direction (VSE++'s GRU)."""
 
     def __init__(self, text_cfg: dict, embed_dim: int, vocab_words: list[str], seed: int = 0) -> None:
         super().__init__()
@@ -43,15 +44,22 @@ class BiGRUEncoder(TextEncoder):
         self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=0)
         self.embed.weight.data.copy_(torch.from_numpy(init))
         self.embed.weight.requires_grad_(text_cfg.get("finetune_words", True))
-        self.concat = text_cfg.get("bigru_directions", "mean") == "concat"
+        directions = text_cfg.get("bigru_directions", "mean")
+        self.concat, self.average = directions == "concat", directions == "mean"
         if self.concat and embed_dim % 2:
             raise XmrError(f"text.bigru_directions: concat needs an even model.embed_dim (two halves), got {embed_dim}")
         self.rnn = nn.GRU(init.shape[1], embed_dim // 2 if self.concat else embed_dim,
-                          num_layers=text_cfg.get("num_layers", 1), batch_first=True, bidirectional=True)
+                          num_layers=text_cfg.get("num_layers", 1), batch_first=True,
+                          bidirectional=directions != "forward")
         self.max_len = text_cfg.get("max_len", 64)
+        self.tokenizer = text_cfg.get("tokenizer", "dataset")
         self.out_dim = embed_dim
 
     def collate(self, captions, tokens, indices=None, split=None):
+        if self.tokenizer == "nltk":  # the reference models' own tokens, from the caption text
+            from xmr.text.vocab import nltk_tokenize
+
+            tokens = [nltk_tokenize(c) for c in captions]
         ids = [self.vocab.encode(t)[: self.max_len] for t in tokens]
         lengths = torch.tensor([len(x) for x in ids])
         out = torch.zeros(len(ids), int(lengths.max()), dtype=torch.long)
@@ -64,7 +72,7 @@ class BiGRUEncoder(TextEncoder):
         lengths = batch["lengths"]
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
-        if not self.concat:
+        if self.average:
             h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
         return h, lengths.to(h.device)
 

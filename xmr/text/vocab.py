@@ -13,6 +13,17 @@ PAD, UNK, START, END = "<pad>", "<unk>", "<start>", "<end>"
 SPECIALS = [PAD, UNK, START, END]
 
 
+def nltk_tokenize(caption: str) -> list[str]:
+    """``nltk.word_tokenize(caption.lower())`` as the VSE++/VSE∞ BiGRU models were built (``text.tokenizer:
+    nltk``); ``preserve_line=True`` skips punkt's sentence splitter (its data is a download), which gives the same
+    tokens for one-sentence captions."""
+    try:
+        from nltk.tokenize import word_tokenize
+    except ImportError:
+        raise XmrError("text.tokenizer: nltk needs `pip install nltk` (requirements.txt)") from None
+    return word_tokenize(caption.lower(), preserve_line=True)
+
+
 class Vocabulary:
     def __init__(self, words: list[str]) -> None:
         if words[: len(SPECIALS)] != SPECIALS:

@@ -77,9 +77,12 @@ class TrainForward(torch.nn.Module):
 def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
     if cfg["text"]["encoder"] != "bigru":
         return None
-    from xmr.text.vocab import Vocabulary
+    from xmr.text.vocab import Vocabulary, nltk_tokenize
 
-    return Vocabulary.build(train_split.tokens, cfg["text"]["min_word_count"]).words
+    tokens = train_split.tokens
+    if cfg["text"]["tokenizer"] == "nltk":  # the words the encoder will see (its collate tokenizes the same way)
+        tokens = [nltk_tokenize(c) for c in train_split.captions]
+    return Vocabulary.build(tokens, cfg["text"]["min_word_count"]).words
 
 
 def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dict[str, str]]:
