@@ -22,20 +22,9 @@ from xmr.errors import XmrError
 RUN_FILES = ("best.pt", "config.yaml", "vocab.json", "provenance.json")
 
 
-def parse_options(items: list[str] | None) -> dict:
-    """``KEY=VALUE`` strings (values parsed as YAML) -> dict."""
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise XmrError(f"--option {item!r}: expected KEY=VALUE")
-        key, raw = item.split("=", 1)
-        out[key] = yaml.safe_load(raw)
-    return out
-
-
 def checkpoint_spec(recipe: str | os.PathLike) -> dict:
     """The ``checkpoint:`` section of a recipe (validated), or an error saying the recipe trains instead."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
 
     cfg = load_run_config(recipe)
     if not cfg.get("checkpoint"):
@@ -48,7 +37,7 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
                    backbone: str = "") -> dict:
     """The run config: the recipe (or the method's config with ``dataset`` and the format's ``backbone``), the
     overrides, then the sections the checkpoint fixes, validated as any run config."""
-    from xmr.config import load_run_config
+    from xmr.run_config import load_run_config
     from xmr.layout import method_config_path
 
     sections = dict(imported.config)
@@ -79,7 +68,7 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     from xmr.checkpoints.base import plain_data
     from xmr.inference import build_model
     from xmr.io import sha256_file, write_json
-    from xmr.train.checkpoint import load_checkpoint, save_checkpoint
+    from xmr.io import load_checkpoint, save_checkpoint
 
     out = Path(out)
     spec = checkpoint_spec(recipe) if recipe is not None else {}

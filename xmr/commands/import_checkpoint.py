@@ -23,9 +23,10 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.checkpoints.importer import import_checkpoint, parse_options
+    from xmr.checkpoints.importer import import_checkpoint
+    from xmr.config import parse_assignments
 
     out = import_checkpoint(args.out, fmt=args.format, src=args.src, vocab=args.vocab, recipe=args.recipe,
-                            dataset=args.dataset, options=parse_options(args.option), overrides=tuple(args.set),
+                            dataset=args.dataset, options=parse_assignments(args.option, "--option"), overrides=tuple(args.set),
                             config_dir=args.config_dir)
     print(f"wrote {out}/best.pt, config.yaml, provenance.json")
