@@ -177,7 +177,7 @@ def tiny_project(tiny_synth, tmp_path_factory):
                                 "lambdas": [5, 20]},
                     "examples": {"recipe": None, "queries": 1, "top_k": 3, "seed": 0},
                     "subembeddings": {"recipes": ["rep_dvse"], "images": 1, "seed": 0},
-                    "curves": True, "mlflow": False}}))
+                    "readme": [], "curves": True, "mlflow": False}}))
     return {"root": root, "runs": runs, "results": results, "config": tiny_synth.config_dir}
 
 
@@ -293,3 +293,22 @@ def test_figures_are_logged_to_their_mlflow_runs(tmp_path, monkeypatch):
         "report/curves.png", "report/report.html"]
     log_report_to_mlflow(report, [page])  # the next report reuses the `report` run
     assert len(client.search_runs([exp.experiment_id], "attributes.run_name = 'report'")) == 1
+
+
+def test_report_settings_are_written_once_in_the_file(tmp_path):
+    """config/report.yaml's `default` holds every setting (no second copy in code): a file missing one is an error
+    naming it, and a dataset entry overrides only what it sets."""
+    from xmr.errors import XmrError
+    from xmr.report.settings import report_settings
+
+    shipped = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "report.yaml").read_text())
+    (tmp_path / "report.yaml").write_text(yaml.safe_dump(shipped))
+    synth = report_settings("synth", tmp_path)
+    assert synth["experiments"] == shipped["datasets"]["synth"]["experiments"]
+    assert synth["fr_grid"] == shipped["default"]["fr_grid"]  # not overridden for synth
+    del shipped["default"]["curves"]
+    (tmp_path / "report.yaml").write_text(yaml.safe_dump(shipped))
+    with pytest.raises(XmrError, match="report.yaml: missing required key 'default.curves'"):
+        report_settings("synth", tmp_path)
+    with pytest.raises(XmrError, match="report.yaml: not found"):
+        report_settings("synth", tmp_path / "elsewhere")

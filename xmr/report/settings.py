@@ -1,5 +1,5 @@
 """Report settings: ``config/report.yaml`` (schema ``xmr/schemas/report.schema.yaml``), ``default`` merged with
-``datasets.{name}``. ``BASE`` only fills keys a partial file leaves out; the project's values live in the file."""
+``datasets.{name}``. Every setting is written once, in the file's ``default`` (the schema requires each key)."""
 
 from __future__ import annotations
 
@@ -7,27 +7,17 @@ import os
 from pathlib import Path
 
 from xmr.config import deep_merge, load_yaml, validate
-
-BASE = {
-    "methods": None,
-    "rerank": ["none"],
-    "experiments": [],
-    "fr_grid": {"recipes": [], "split": "val", "gammas": [5, 10, 20, 25, 50], "lambdas": [5, 10, 20, 25, 50]},
-    "examples": {"recipe": None, "queries": 1, "top_k": 5, "seed": 0},
-    "subembeddings": {"recipes": [], "images": 1, "seed": 0},
-    "readme": [],
-    "curves": True,
-    "mlflow": True,
-}
-
+from xmr.errors import XmrError
 
 def report_settings(dataset: str, config_dir: str | os.PathLike = "config") -> dict:
-    """Settings of the report of ``dataset`` (``BASE`` < file ``default`` < file ``datasets.{dataset}``)."""
+    """Settings of the report of ``dataset``: the file's ``default`` (every key, the one place they are written),
+    then its ``datasets.{dataset}`` overrides."""
     path = Path(config_dir) / "report.yaml"
     if not path.exists():
-        return deep_merge(BASE, {})
+        raise XmrError(f"{path}: not found; the report reads its settings from it (copy the repository's "
+                       f"config/report.yaml)")
     doc = validate(load_yaml(path), "report", str(path))
-    return deep_merge(deep_merge(BASE, doc["default"]), (doc.get("datasets") or {}).get(dataset, {}))
+    return deep_merge(doc["default"], (doc.get("datasets") or {}).get(dataset, {}))
 
 
 def report_methods(dataset: str, settings: dict, config_dir: str | os.PathLike = "config") -> list[str]:
@@ -43,4 +33,4 @@ def readme_parts(dataset: str, settings: dict) -> list[str]:
     return [p.format(dataset=dataset) for p in settings["readme"]]
 
 
-__all__ = ["report_settings", "report_methods", "readme_parts", "BASE"]
+__all__ = ["report_settings", "report_methods", "readme_parts"]
