@@ -120,3 +120,20 @@ def test_code_fallbacks_equal_the_schema_default():
            for where, line, key, value in fallbacks
            if key in by_key and len(by_key[key]) == 1 and repr(value) not in by_key[key]]
     assert bad == []
+
+
+RERANK_ROWS = sorted((REPO / "config" / "rerank").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", RERANK_ROWS, ids=lambda p: p.stem)
+def test_rerank_rows_restate_no_code_default(path):
+    """config/rerank/{name}.yaml holds only the per-dataset values that differ from the re-ranker's code defaults
+    (and, for a dataset row, from the file's `default` row)."""
+    from xmr.rerank import RERANKERS
+
+    defaults = dict(RERANKERS.get(path.stem).defaults)
+    rows = yaml.safe_load(path.read_text()) or {}
+    base = {**defaults, **(rows.get("default") or {})}
+    restated = [f"{row}.{k}" for row, values in rows.items() for k, v in (values or {}).items()
+                if v == (defaults if row == "default" else base).get(k)]
+    assert restated == [], f"{path.name}: these values repeat a default; delete them"
