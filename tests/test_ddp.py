@@ -139,3 +139,30 @@ def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_pat
     # repeat each step)
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
     assert steps == list(range(1, 2 * 7 + 1))
+
+
+def test_xmr_train_launcher_holds_the_one_run_lock(tiny_synth, tmp_path):
+    """``xmr train --nproc-per-node 2``: the launcher takes the run's lock and its children (rank 0 included) take
+    none, so the training runs; a second launcher on the same live run stops before starting any process."""
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_ddp_lock")
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for key in (distributed.CHILD_ENV, "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "XMR_RUN_LOCK_HELD"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress",
+           "--nproc-per-node", "2", "--launcher", "torchrun"]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             cwd=tmp_path, start_new_session=True)
+    try:
+        assert first.stdout.readline().startswith("launching:")  # printed once the launcher holds the lock
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert second.returncode == 2 and "launching" not in second.stdout
+        assert f"pid {first.pid} " in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        printed, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 0, printed[-5000:]
+    assert (out / "train.json").exists() and not (out / "train.lock").exists()
