@@ -3,7 +3,8 @@ these paths):
 
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
 - features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
-- runs ``runs/{dataset}/{recipe}/`` (``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ...);
+- runs ``runs/{dataset}/{recipe}/`` (``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``,
+  ``gallery_{split}.npz``, ...);
 - results ``results/{dataset}/{recipe}[_{reranker}].json`` (the target grammar: :func:`parse_target`,
   :func:`target_name`).
 
@@ -51,6 +52,11 @@ def feature_path(cfg: dict, split: str) -> Path:
 
 def run_dir(dataset: str, recipe: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
     return Path(runs_root) / dataset / recipe
+
+
+def gallery_cache_file(run_dir: str | os.PathLike, split: str) -> Path:
+    """``runs/{dataset}/{recipe}/gallery_{split}.npz``: the run's cached embeddings of a split (xmr.gallery_cache)."""
+    return Path(run_dir) / f"gallery_{split}.npz"
 
 
 def target_name(recipe: str, reranker: str | None = None) -> str:

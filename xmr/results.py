@@ -38,11 +38,19 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
-        from xmr.data import load_split
+        from xmr.gallery_cache import read_gallery
 
-        split = load_split(ds, ds["test_split"])
-        labels, subsets = split.image_labels, split.extra.get("subsets")
-        if subsets is not None and sims.shape != (split.num_images, split.num_captions):
+        cached = read_gallery(run_dir, cfg, ds["test_split"])  # written by `xmr score`: no re-read of the split
+        if cached is not None:
+            labels, subsets = cached["image_labels"], cached["subsets"]
+            shape = (len(cached["image_ids"]), len(cached["captions"]))
+        else:
+            from xmr.data import load_split
+
+            split = load_split(ds, ds["test_split"])
+            labels, subsets = split.image_labels, split.extra.get("subsets")
+            shape = (split.num_images, split.num_captions)
+        if subsets is not None and sims.shape != shape:
             subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
     by_protocol = {}
     for p in protocols:
