@@ -83,5 +83,36 @@ def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, 
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 
-def write_results(result: dict, out: str | os.PathLike) -> None:
+#: what the compact metrics file keeps of each protocol and subset (``dvc metrics show``'s columns)
+COMPACT_RECALLS = ("r1", "r5", "r10")
+
+
+def _compact(metrics: dict) -> dict:
+    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")}
+    return out | {"rsum": metrics["rsum"]}
+
+
+def compact_metrics(result: dict) -> dict:
+    """R@1/5/10 both directions and RSUM per protocol and per evaluation subset of a results dict:
+    ``{protocol: {i2t: {r1, r5, r10}, t2i: {...}, rsum, subsets: {name: {i2t, t2i, rsum}}}}``, each value the
+    full results' own (``result["protocols"][protocol]...``); a ``--reranks`` file gives one such dict per
+    re-ranker. CUB's class-level protocol (no RSUM) keeps its R-Precision and R@1 instead."""
+    if "by_rerank" in result:
+        return {name: compact_metrics(r) for name, r in result["by_rerank"].items()}
+    out = {}
+    for protocol, m in result["protocols"].items():
+        if "rsum" not in m:  # cub
+            out[protocol] = {d: {k: m[d][k] for k in ("r_precision", "r1")} for d in ("i2t", "t2i")}
+            continue
+        out[protocol] = _compact(m)
+        if m.get("subsets"):
+            out[protocol]["subsets"] = {name: _compact(sub) for name, sub in m["subsets"].items()}
+    return out
+
+
+def write_results(result: dict, out: str | os.PathLike, metrics_out: str | os.PathLike | None = None) -> None:
+    """The full results JSON at ``out``; with ``metrics_out``, also the compact file DVC shows as metrics
+    (:func:`compact_metrics`, ``results/{dataset}/{target}.metrics.json``)."""
     write_json(out, result)
+    if metrics_out is not None:
+        write_json(metrics_out, compact_metrics(result))

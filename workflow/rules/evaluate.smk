@@ -10,7 +10,8 @@ rule evaluate:
         unpack(lambda wc: {"sims": f"{target_run(wc)}/test_sims.npy",
                            **rerank_inputs(target_run(wc), target_reranker(wc))}),
     output:
-        "results/{dataset}/{target}.json",
+        json="results/{dataset}/{target}.json",
+        metrics="results/{dataset}/{target}.metrics.json",  # compact: what `dvc metrics show` prints
     params:
         run=target_run,
         rerank=lambda wc: rerank_options(target_run(wc), target_reranker(wc)),
@@ -21,7 +22,8 @@ rule evaluate:
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output} > {log} 2>&1"
+        "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output.json}"
+        " --metrics-out {output.metrics} > {log} 2>&1"
 
 
 rule summary:
