@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from xmr.errors import XmrError
-from xmr.io import check_writable_dir
+from xmr.io import check_writable_dir, remove_stale_temps
 
 LOCK_NAME = "train.lock"
 #: set by the launcher for the processes it starts: the resolved run directory whose lock it holds
@@ -77,6 +77,7 @@ class RunLock:
             if not self._same_file(fd):  # we locked a file that was renamed over or removed in between
                 os.close(fd)
                 continue
+            remove_stale_temps(self.path)  # a writer killed inside _write_holder; nobody else is in it now
             previous = read_holder(self.run_dir)
             if previous and previous.get("pid") is not None:  # a lock file whose flock nobody holds
                 print(f"{self.path}: taking over the lock of a writer that is gone ({_holder_text(previous)})",
