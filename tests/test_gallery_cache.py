@@ -122,3 +122,24 @@ def test_a_changed_input_makes_the_cache_stale_and_it_is_recomputed(scored, chan
     np.testing.assert_array_equal(again["image_emb"], img)
     if change != "config":  # the embeddings themselves moved
         assert not np.allclose(img, before["image_emb"])
+
+
+def test_a_trained_model_is_loaded_without_reading_word_vectors(scored, monkeypatch):
+    """The checkpoint's word embeddings replace GloVe's: loading reads no vectors and encodes as the trained model."""
+    import xmr.text.word_vectors
+
+    run, _ = scored
+    cfg = xmr.load(run, device="cpu").cfg
+    assert cfg["text"]["word_vectors"] == "glove6b50d"
+    ck = load_checkpoint(run / "best.pt", "cpu")
+    with_vectors = xmr.inference.build_model(cfg, ck["image_dim"], ck["vocab_words"])  # reads GloVe, as training
+    with_vectors.load_state_dict(ck["model"])
+
+    def refuse(*a, **k):
+        raise AssertionError("word vectors read while loading a trained model")
+
+    monkeypatch.setattr(xmr.text.word_vectors, "load_word_vectors", refuse)
+    m = xmr.load(run, device="cpu")
+    text = ["a red circle left of a square", "a blue triangle"]
+    expected = xmr.inference.Model(with_vectors, cfg, torch.device("cpu")).encode_text(text)
+    np.testing.assert_array_equal(m.encode_text(text).numpy(), expected.numpy())

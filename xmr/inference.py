@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
+from xmr.models.text import text_cfg_for_checkpoint
 from xmr.progress import log_line
 from xmr.train.checkpoint import load_checkpoint
 from xmr.train.data import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
@@ -83,8 +84,9 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
     ck = load_checkpoint(checkpoint or run_dir / "best.pt", device)
-    # an end-to-end run's backbone weights are in the checkpoint: no need for the pretrained file
-    model = build_model(cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
+    # an end-to-end run's backbone weights and the word embeddings are in the checkpoint: no pretrained file read
+    build_cfg = {**cfg, "text": text_cfg_for_checkpoint(cfg["text"], ck["model"])}
+    model = build_model(build_cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
     model.load_state_dict(ck["model"])
     return model.eval(), cfg
 
