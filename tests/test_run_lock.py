@@ -77,3 +77,14 @@ def test_one_lock_per_training_under_a_launcher(tmp_path, monkeypatch):
         assert not isinstance(process_run_lock(run, rank=0), RunLock)
         assert json.loads((run / LOCK_NAME).read_text())["pid"] == os.getpid()
     assert HELD_ENV not in os.environ and not (run / LOCK_NAME).exists()
+
+
+def test_a_training_that_fails_before_writing_leaves_no_directory(tmp_path):
+    run = tmp_path / "runs" / "synth" / "x"
+    with RunLock(run):
+        assert (run / LOCK_NAME).is_file()
+    assert not (tmp_path / "runs").exists()  # the lock made runs/synth/x and removes what it made
+    (tmp_path / "keep").mkdir()
+    with RunLock(tmp_path / "keep"):
+        (tmp_path / "keep" / "last.pt").write_bytes(b"")
+    assert sorted(p.name for p in (tmp_path / "keep").iterdir()) == ["last.pt"]

@@ -60,9 +60,14 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self._fd: int | None = None
+        self._created: list[Path] = []
 
     def acquire(self) -> "RunLock":
         check_writable_dir(self.run_dir, "training output directory (--out-dir)")
+        missing = self.run_dir
+        while not missing.exists():  # the directories this lock creates: removed again if nothing else is written
+            self._created.append(missing)
+            missing = missing.parent
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for _ in range(10):  # a retry only when another process replaced or removed the file meanwhile
             try:
@@ -117,6 +122,12 @@ class RunLock:
             self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+        for d in self._created:  # a training that failed before writing anything leaves no directory behind
+            try:
+                d.rmdir()
+            except OSError:  # not empty: the run's files, or another process's
+                break
+        self._created = []
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
