@@ -129,3 +129,44 @@ def test_similarity_cli_errors(tmp_path, capsys):
     c5 = _bad(tmp_path, "C5.npy", np.ones((4, 5), np.float32))
     assert main(["similarity", "--images", i, "--captions", c5, "--measure", "max", "--out", "x.npy"]) == 2
     assert "embedding sizes differ" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("measure, extra", [("max", ["--rerank", "fr"]), ("smooth_chamfer", ["--alpha", "4"]),
+                                            ("cosine", ["--rerank", "csls"])])
+def test_evaluate_embeddings_equals_similarity_then_evaluate_sims(tmp_path, measure, extra):
+    """One process, no matrix on disk: exactly the metrics JSON of `xmr similarity` + `xmr evaluate --sims`."""
+    rng = np.random.default_rng(1)
+    sets = measure != "cosine"
+    imgs = rng.standard_normal((4, 3, 8) if sets else (4, 8)).astype(np.float32)
+    caps = rng.standard_normal((12, 2, 8) if measure == "smooth_chamfer" else (12, 8)).astype(np.float32)
+    i, c = _bad(tmp_path, "I.npy", imgs), _bad(tmp_path, "C.npy", caps)
+    embedding = ["--images", i, "--captions", c, "--measure", measure]
+    alpha = extra[extra.index("--alpha"):][:2] if "--alpha" in extra else []
+    rest = [x for x in extra if x not in alpha]
+    common = ["--captions-per-image", "3", *rest]
+    assert main(["similarity", *embedding, *alpha, "--out", str(tmp_path / "S.npy")]) == 0
+    assert main(["evaluate", "--sims", str(tmp_path / "S.npy"), *common, "--out", str(tmp_path / "A.json")]) == 0
+    assert main(["evaluate", *embedding, *alpha, *common, "--out", str(tmp_path / "B.json")]) == 0
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "AB")
+    assert a == b and a["rerank"] == (rest[1] if rest else "none")
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (["--sims", "S"], "give either --sims S.npy or --images I.npy --captions C.npy (with --measure), not both"),
+    ([], "give --sims S.npy, or --images I.npy --captions C.npy (with --measure)"),
+    (["--drop-captions"], "--images given alone: give both --images and --captions"),
+    (["--captions-dim", "5"], "embedding sizes differ: images have D=4, captions D=5"),
+    (["--captions-rows", "5"], "caption count 5 is not divisible by captions-per-image 2"),
+])
+def test_evaluate_embeddings_bad_input_one_line(tmp_path, capsys, inputs, message):
+    s = _bad(tmp_path, "S.npy", HAND)
+    i = _bad(tmp_path, "I.npy", np.ones((2, 3, 4), np.float32))
+    dim = int(inputs[1]) if inputs[:1] == ["--captions-dim"] else 4
+    rows = int(inputs[1]) if inputs[:1] == ["--captions-rows"] else 4
+    c = _bad(tmp_path, "C.npy", np.ones((rows, dim), np.float32))
+    args = [] if inputs == [] else ["--images", i] + ([] if inputs == ["--drop-captions"] else ["--captions", c])
+    args += ["--sims", s] if inputs[:1] == ["--sims"] else []
+    rc = main(["evaluate", *args, "--measure", "max", "--captions-per-image", "2", "--out", str(tmp_path / "M.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == f"xmr evaluate: error: {message}"
+    assert not (tmp_path / "M.json").exists()

@@ -3,6 +3,7 @@ training started by torchrun that writes one set of outputs and one MLflow run."
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -97,6 +98,29 @@ def test_from_main_computes_on_rank_0_only_and_every_rank_gets_its_result(tmp_pa
     assert distributed.DistContext().from_main(lambda: 7) == 7  # one process: just calls it
 
 
+def _launch_env(**extra: str) -> dict[str, str]:
+    """This environment without any launcher's variables (the test starts its own), one thread per process."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra)
+    for key in (distributed.CHILD_ENV, "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                "XMR_RUN_LOCK_HELD"):
+        env.pop(key, None)
+    return env
+
+
+@contextlib.contextmanager
+def _process_group(cmd: list[str], env: dict[str, str], cwd):
+    """``cmd`` started in its own process group (a hang stops torchrun's workers too), killed with it if still
+    running at the end."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_path):
     """``torchrun --standalone --nproc_per_node=2 -m xmr train``: gloo DDP on CPU, 2 epochs. Rank 0 alone writes
     the run directory and logs one MLflow run; each process sees half of the pairs per epoch."""
@@ -108,19 +132,11 @@ def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_pat
                                tracking={"enabled": True})
     out = tmp_path / "run"
     db = tmp_path / "mlflow.db"
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{db}", OMP_NUM_THREADS="1")
-    for key in (distributed.CHILD_ENV, "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = _launch_env(MLFLOW_TRACKING_URI=f"sqlite:///{db}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                            start_new_session=True)  # its own process group: a hang stops torchrun's workers too
-    try:
+    with _process_group(cmd, env, tmp_path) as proc:
         printed, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     assert proc.returncode == 0, printed[-5000:]
     # (mlflow_run_id: the run id of this training's attempts, written by rank 0 only; docs/tracking.md)
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml", "history.csv", "last.pt",
@@ -139,3 +155,21 @@ def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_pat
     # repeat each step)
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "train/loss")]
     assert steps == list(range(1, 2 * 7 + 1))
+
+
+def test_xmr_train_launcher_holds_the_one_run_lock(tiny_synth, tmp_path):
+    """``xmr train --nproc-per-node 2``: the launcher takes the run's lock and its children (rank 0 included) take
+    none, so the training runs; a second launcher on the same live run stops before starting any process."""
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_ddp_lock")
+    out = tmp_path / "run"
+    env = _launch_env()
+    cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress",
+           "--nproc-per-node", "2", "--launcher", "torchrun"]
+    with _process_group(cmd, env, tmp_path) as first:
+        assert first.stdout.readline().startswith("launching:")  # printed once the launcher holds the lock
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert second.returncode == 2 and "launching" not in second.stdout
+        assert f"pid {first.pid} " in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        printed, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, printed[-5000:]
+    assert (out / "train.json").exists() and not (out / "train.lock").exists()

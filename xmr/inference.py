@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
+from xmr.models.text import text_cfg_for_checkpoint
 from xmr.progress import log_line
 from xmr.io import load_checkpoint
 from xmr.loaders import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
@@ -83,8 +84,9 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
     ck = load_checkpoint(checkpoint or run_dir / "best.pt", device)
-    # an end-to-end run's backbone weights are in the checkpoint: no need for the pretrained file
-    model = build_model(cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
+    # an end-to-end run's backbone weights and the word embeddings are in the checkpoint: no pretrained file read
+    build_cfg = {**cfg, "text": text_cfg_for_checkpoint(cfg["text"], ck["model"])}
+    model = build_model(build_cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
     model.load_state_dict(ck["model"])
     return model.eval(), cfg
 
@@ -92,6 +94,8 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
 def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
                 progress: bool = True) -> tuple[np.ndarray, dict]:
     """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
+    from xmr.gallery_cache import write_gallery
+
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
@@ -103,6 +107,7 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     dt = time.time() - t0
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
+    write_gallery(run_dir, cfg, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
 
@@ -161,8 +166,10 @@ def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
 class Model:
     """A trained retrieval model for inference (eval mode, no optimizer): see :func:`xmr.load`."""
 
-    def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None) -> None:
+    def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None,
+                 checkpoint: Path | None = None) -> None:
         self.model, self.cfg, self.device, self.run_dir = model.eval(), cfg, device, run_dir
+        self.checkpoint = checkpoint
         self.batch_size = int(cfg["eval"]["batch_size"])
 
     @property
@@ -303,10 +310,23 @@ class Model:
 
     def encode_split(self, split: str | None = None) -> dict[str, Any]:
         """A split of the run's dataset as a gallery: ``image_ids``, ``image_emb``, ``captions``
-        (with ``caption_image``: the index of each caption's image), ``text_emb``."""
+        (with ``caption_image``: the index of each caption's image), ``text_emb``. A run's own model (its
+        ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.gallery_cache`), and computes and
+        caches them when the cache is missing or stale."""
+        from xmr.gallery_cache import read_gallery, write_gallery
+
         split = split or self.cfg["dataset_cfg"]["test_split"]
+        cacheable = self.run_dir is not None and self.checkpoint is not None \
+            and Path(self.checkpoint).resolve() == (Path(self.run_dir) / "best.pt").resolve()
+        cached = read_gallery(self.run_dir, self.cfg, split) if cacheable else None
+        if cached is not None:
+            return {"split": split, "image_ids": cached["image_ids"], "captions": cached["captions"],
+                    "caption_image": cached["caption_image"], "image_emb": torch.from_numpy(cached["image_emb"]),
+                    "text_emb": torch.from_numpy(cached["text_emb"])}
         data, feats = load_split_images(self.cfg, split)
         img, cap = encode_split(self.model, self.cfg, data, feats, self.device)
+        if cacheable:
+            write_gallery(self.run_dir, self.cfg, split, data, img.numpy(), cap.numpy())
         return {"split": split, "image_ids": list(data.image_ids), "image_emb": img,
                 "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image], "text_emb": cap}
 
@@ -316,4 +336,4 @@ def load(run: str | os.PathLike, device: str = "auto") -> Model:
     run_dir, ck = resolve_run(run)
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev, checkpoint=ck)
-    return Model(model, cfg, dev, run_dir)
+    return Model(model, cfg, dev, run_dir, ck)

@@ -14,7 +14,9 @@ experiments, the benchmark, the report and ``xmr doctor`` ask it; nothing else b
   (an imported checkpoint is a recipe whose config names ``checkpoint:``); :meth:`RunKey.parse_run` and
   :func:`parse_result` read the paths back, :meth:`RunKey.load_config` resolves the run's config;
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
-- features ``{features.dir}/{dataset}/{backbone}/{split}.h5``.
+- features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
+- in a run directory: ``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ``gallery_{split}.npz`` (the
+  embeddings cache of ``xmr score``), ``train.lock`` (its one writer, :mod:`xmr.rundir`).
 
 Name lists (methods, re-rankers) are read from the registries, never repeated here.
 """
@@ -79,6 +81,11 @@ def fr_grid_dir(dataset: str, recipe: str, split: str, results_root: str | os.Pa
 def tracked_result_name(run_name: str, tag: str) -> str:
     """The name of a results file among its run's MLflow artifacts: ``results/{run name}_{tag}.json``."""
     return f"{RESULTS_ROOT}/{run_name}_{tag}.json"
+
+
+def gallery_cache_file(run_dir: str | os.PathLike, split: str) -> Path:
+    """``runs/{dataset}/{recipe}/gallery_{split}.npz``: the run's cached embeddings of a split (xmr.gallery_cache)."""
+    return Path(run_dir) / f"gallery_{split}.npz"
 
 
 def target_name(recipe: str, reranker: str | None = None) -> str:

@@ -39,11 +39,19 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
-        from xmr.data import load_split
+        from xmr.gallery_cache import read_gallery
 
-        split = load_split(ds, ds["test_split"])
-        labels, subsets = split.image_labels, split.extra.get("subsets")
-        if subsets is not None and sims.shape != (split.num_images, split.num_captions):
+        cached = read_gallery(run_dir, cfg, ds["test_split"])  # written by `xmr score`: no re-read of the split
+        if cached is not None:
+            labels, subsets = cached["image_labels"], cached["subsets"]
+            shape = (len(cached["image_ids"]), len(cached["captions"]))
+        else:
+            from xmr.data import load_split
+
+            split = load_split(ds, ds["test_split"])
+            labels, subsets = split.image_labels, split.extra.get("subsets")
+            shape = (split.num_images, split.num_captions)
+        if subsets is not None and sims.shape != shape:
             subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
     by_protocol = {}
     for p in protocols:
@@ -76,5 +84,36 @@ def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, 
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 
-def write_results(result: dict, out: str | os.PathLike) -> None:
+#: what the compact metrics file keeps of each protocol and subset (``dvc metrics show``'s columns)
+COMPACT_RECALLS = ("r1", "r5", "r10")
+
+
+def _compact(metrics: dict) -> dict:
+    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")}
+    return out | {"rsum": metrics["rsum"]}
+
+
+def compact_metrics(result: dict) -> dict:
+    """R@1/5/10 both directions and RSUM per protocol and per evaluation subset of a results dict:
+    ``{protocol: {i2t: {r1, r5, r10}, t2i: {...}, rsum, subsets: {name: {i2t, t2i, rsum}}}}``, each value the
+    full results' own (``result["protocols"][protocol]...``); a ``--reranks`` file gives one such dict per
+    re-ranker. CUB's class-level protocol (no RSUM) keeps its R-Precision and R@1 instead."""
+    if "by_rerank" in result:
+        return {name: compact_metrics(r) for name, r in result["by_rerank"].items()}
+    out = {}
+    for protocol, m in result["protocols"].items():
+        if "rsum" not in m:  # cub
+            out[protocol] = {d: {k: m[d][k] for k in ("r_precision", "r1")} for d in ("i2t", "t2i")}
+            continue
+        out[protocol] = _compact(m)
+        if m.get("subsets"):
+            out[protocol]["subsets"] = {name: _compact(sub) for name, sub in m["subsets"].items()}
+    return out
+
+
+def write_results(result: dict, out: str | os.PathLike, metrics_out: str | os.PathLike | None = None) -> None:
+    """The full results JSON at ``out``; with ``metrics_out``, also the compact file DVC shows as metrics
+    (:func:`compact_metrics`, ``results/{dataset}/{target}.metrics.json``)."""
     write_json(out, result)
+    if metrics_out is not None:
+        write_json(metrics_out, compact_metrics(result))

@@ -22,6 +22,7 @@ GIT_ID = {"GIT_AUTHOR_NAME": "xmr test", "GIT_AUTHOR_EMAIL": "test@xmr", "GIT_CO
           "GIT_COMMITTER_EMAIL": "test@xmr"}
 RECIPES = ("vsepp", "dvse")
 TARGETS = ["results/synth/vsepp.json", "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+METRICS = [t.replace(".json", ".metrics.json") for t in TARGETS]  # the compact files DVC shows as metrics
 RUN_FILES = ("best.pt", "config.yaml", "train.json", "test_sims.npy", "history.csv")  # what a train stage tracks
 VSEPP = "config/recipes/synth/vsepp.yaml"
 
@@ -31,7 +32,7 @@ def dvc(*args: str) -> list[str]:
 
 
 def tracked_files(root: Path) -> list[str]:
-    files = [f"runs/synth/{r}/{f}" for r in RECIPES for f in RUN_FILES] + TARGETS
+    files = [f"runs/synth/{r}/{f}" for r in RECIPES for f in RUN_FILES] + TARGETS + METRICS
     files += [str(p.relative_to(root)) for top in ("data/synth", "features/synth")
               for p in sorted((root / top).rglob("*")) if p.is_file() and p.name != ".gitignore"]
     return files
@@ -104,10 +105,17 @@ def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
     root, env = dvc_repo
     shown = json.loads(run(dvc("metrics", "show", "--json"), root, env).stdout)
     (workspace,) = shown.values()  # the workspace only (its key is "" or "workspace" depending on the version)
-    metrics = workspace["data"]  # per results file: what the file holds
-    for target in TARGETS:  # every number of the results file (DVC leaves out empty sections)
-        assert flat_numbers(metrics[target]["data"]) == flat_numbers(json.loads((root / target).read_text()))
-        assert "rsum" in metrics[target]["data"]["protocols"]["plain"]
+    metrics = workspace["data"]  # per metrics file: what the file holds
+    assert sorted(metrics) == sorted(METRICS)  # the compact files only, not the full results JSON
+    for target, compact in zip(TARGETS, METRICS):  # every number of the compact file, equal to the full JSON's
+        numbers = flat_numbers(metrics[compact]["data"])
+        assert numbers == flat_numbers(json.loads((root / compact).read_text()))
+        full = flat_numbers(json.loads((root / target).read_text())["protocols"])
+        assert all(full[k] == v for k, v in numbers.items())
+        assert "plain.rsum" in numbers and "plain.i2t.r1" in numbers and len(numbers) <= 30
+    table = run(dvc("metrics", "show"), root, env).stdout  # readable: one header line of at most ~30 columns
+    header = next(ln for ln in table.splitlines() if ln.strip().startswith("Path"))
+    assert len(header.split()) <= 30 and "plain.rsum" in header, table
 
     out = tmp_path / "plots"
     run(dvc("plots", "show", "-o", str(out)), root, env, timeout=300)
@@ -136,7 +144,7 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
         retrained = {f for f in before if before[f] != after[f]}
         # vsepp's run and results were rewritten; nothing of the data, dvse or dvse_fr was touched
         assert {f"runs/synth/vsepp/{f}" for f in ("best.pt", "config.yaml", "train.json")} <= retrained
-        assert all(f.startswith(("runs/synth/vsepp/", "results/synth/vsepp.json")) for f in retrained), retrained
+        assert all(f.startswith(("runs/synth/vsepp/", "results/synth/vsepp.")) for f in retrained), retrained
         assert yaml.safe_load((root / "runs/synth/vsepp/config.yaml").read_text())["optim"]["lr"] == 0.001
 
         # params diff HEAD -> workspace: exactly the changed parameter
@@ -148,8 +156,8 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
         (head,) = [r for r in shown if r.get("rev") != "workspace"]
         (exp,) = [rev for e in head["experiments"] for rev in e["revs"]]
         assert exp["data"]["params"][VSEPP]["data"]["optim"]["lr"] == 0.001
-        assert flat_numbers(exp["data"]["metrics"]["results/synth/vsepp.json"]["data"]) == flat_numbers(
-            json.loads((root / "results/synth/vsepp.json").read_text()))
+        assert flat_numbers(exp["data"]["metrics"]["results/synth/vsepp.metrics.json"]["data"]) == flat_numbers(
+            json.loads((root / "results/synth/vsepp.metrics.json").read_text()))
         import mlflow
 
         client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])

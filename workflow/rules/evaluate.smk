@@ -12,7 +12,8 @@ rule evaluate:
         unpack(lambda wc: {"sims": f"{result_run(wc)}/test_sims.npy",
                            **{k: v for rr in result_key(wc)[1] for k, v in rerank_inputs(result_run(wc), rr).items()}}),
     output:
-        "results/{dataset}/{result}.json",
+        json="results/{dataset}/{result}.json",
+        metrics="results/{dataset}/{result}.metrics.json",  # compact: what `dvc metrics show` prints
     params:
         run=result_run,
         rerank=lambda wc: rerank_options(result_run(wc), result_key(wc)[1]),
@@ -23,7 +24,8 @@ rule evaluate:
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output} > {log} 2>&1"
+        "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output.json}"
+        " --metrics-out {output.metrics} > {log} 2>&1"
 
 
 rule summary:

@@ -1,15 +1,21 @@
-"""``xmr evaluate``: retrieval metrics of a saved similarity matrix under a published protocol, optionally
-re-ranked. Writes the metrics JSON (see docs/evaluation.md)."""
+"""``xmr evaluate``: retrieval metrics of a saved similarity matrix, or of saved embeddings (their similarity
+computed in the same process: no matrix on disk), under a published protocol, optionally re-ranked. Writes the
+metrics JSON (see docs/evaluation.md)."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "R@K/medr/meanr/RSUM (or CUB R-Precision) of a similarity matrix; optional re-ranking; writes M.json"
+HELP = ("R@K/medr/meanr/RSUM (or CUB R-Precision) of a similarity matrix or of image + caption embeddings; "
+        "optional re-ranking; writes M.json")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sims", required=True, metavar="S.npy", help="similarity matrix, rows = images, cols = captions")
+    from xmr.commands.similarity import add_embedding_arguments
+
+    p.add_argument("--sims", metavar="S.npy",
+                   help="similarity matrix, rows = images, cols = captions (or --images/--captions instead)")
+    add_embedding_arguments(p, required=False)
     p.add_argument("--protocol", default="plain", choices=["coco1k", "coco5k", "f30k", "plain", "cub"],
                    help="coco1k: 5-fold mean on 5000x25000; coco5k: 5000x25000; f30k: 1000x5000; plain: any N x c*N; "
                         "cub: class-level relevance from labels (default: plain)")
@@ -26,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-labels", default=None, metavar="L.npy", help="cub: class label per image (N,)")
     p.add_argument("--caption-labels", default=None, metavar="L.npy",
                    help="cub: class label per caption (M,) (default: image labels repeated per caption)")
-    p.add_argument("--device", default=None, help="torch device for evaluation (default: cpu)")
+    p.add_argument("--device", default=None, help="torch device for similarity and evaluation (default: cpu)")
     p.add_argument("--timing", action="store_true", help="add re-rank and ranking wall times to the JSON")
     p.add_argument("--out", required=True, metavar="M.json", help="metrics JSON")
 
@@ -54,15 +60,21 @@ def summary(m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xmr.commands.similarity import load_array
+    from xmr.commands.similarity import load_array, similarity_of_files
     from xmr.errors import XmrError
     from xmr.evaluation import evaluate_sims
     from xmr.io import write_json
 
+    embeddings = [f"--{k}" for k in ("images", "captions") if getattr(args, k)]
+    if bool(args.sims) == bool(embeddings):
+        raise XmrError("give either --sims S.npy or --images I.npy --captions C.npy (with --measure), not both"
+                       if args.sims else "give --sims S.npy, or --images I.npy --captions C.npy (with --measure)")
+    if embeddings and len(embeddings) == 1:
+        raise XmrError(f"{embeddings[0]} given alone: give both --images and --captions")
     params = parse_params(args.rerank_param)
     if params and not args.rerank:
         raise XmrError("--rerank-param given without --rerank")
-    sims = load_array(args.sims, "similarity matrix")
+    sims = load_array(args.sims, "similarity matrix") if args.sims else similarity_of_files(args)
     labels = {}
     if args.image_labels:
         labels["image_labels"] = load_array(args.image_labels, "image labels", numeric=False)

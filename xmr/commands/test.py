@@ -13,6 +13,8 @@ def add_arguments(p):
     p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE",
                    help="re-ranker parameters: numbers, or paths (qbnorm: bank_i2t=A.npy bank_t2i=B.npy)")
     p.add_argument("--out", required=True, help="results JSON")
+    p.add_argument("--metrics-out", metavar="M.json",
+                   help="also a compact metrics JSON (R@1/5/10 and RSUM per protocol and subset: DVC's metrics)")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
@@ -26,7 +28,7 @@ def run(args):
         if args.rerank or args.rerank_param:
             raise XmrError("--reranks evaluates each re-ranker with its defaults; drop --rerank/--rerank-param")
         res = evaluate_run_many(args.run, args.sims, args.reranks, track=not args.no_tracking)
-        write_results(res, args.out)
+        write_results(res, args.out, args.metrics_out)
         print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
         return
     params = {}
@@ -39,7 +41,7 @@ def run(args):
         except ValueError:  # a path (qbnorm's bank_i2t / bank_t2i); the re-ranker checks it
             params[k] = v
     res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking)
-    write_results(res, args.out)
+    write_results(res, args.out, args.metrics_out)
     i, t = res["i2t"], res["t2i"]
     print(f"{res['recipe']} [{res['protocol']}, rerank={res['rerank']}]  "
           f"i2t R@1/5/10 {i['r1']:.1f}/{i['r5']:.1f}/{i['r10']:.1f}  "

@@ -141,6 +141,12 @@ def _env_from_slurm() -> None:
     os.environ.setdefault("MASTER_PORT", str(29500 + int(os.environ.get("SLURM_JOB_ID", "0")) % 1000))
 
 
+def process_rank() -> int:
+    """This process's rank (0 outside DDP), known before :func:`setup` (e.g. to take the run's lock on rank 0)."""
+    _env_from_slurm()
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
 def setup() -> DistContext:
     _env_from_slurm()
     world = int(os.environ.get("WORLD_SIZE", "1"))

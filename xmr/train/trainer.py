@@ -31,6 +31,7 @@ from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_te
 from xmr.methods import METHODS, RetrievalModel
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
+from xmr.rundir import process_run_lock
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.io import load_checkpoint, save_checkpoint
@@ -224,7 +225,13 @@ def _check_finite(nonfinite: torch.Tensor, epoch: int, first: int, it: int, last
 
 
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
-    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``."""
+    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``, its one
+    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.rundir`)."""
+    with process_run_lock(out_dir, dist.process_rank()):
+        return _train(cfg, out_dir, resume, progress)
+
+
+def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
     out = Path(out_dir)

@@ -1,0 +1,162 @@
+"""Benchmark of evaluation from the command line, end to end, against the bare NumPy GEMM (not a test; figures go
+to docs/benchmarks.md).
+
+DVSE's COCO-5K shape by default: 5000 images x K=6 sub-embeddings x 1024-d against 25,000 captions x 1024-d,
+max over the set, coco5k with FR (``--scale`` shrinks N and M together). The embeddings are written to .npy files
+first (not timed), then, on the same files:
+
+1. the bare NumPy float32 GEMM of all sub-embeddings against all captions ((N·K) x M output), in this process
+   with the environment as given (``OPENBLAS_CORETYPE`` as set), and in a child process with OpenBLAS's own
+   choice of kernels (``OPENBLAS_CORETYPE`` unset);
+2. the documented CLI path, one process, start-up and file reads included:
+   ``xmr evaluate --images I.npy --captions C.npy --measure max --protocol coco5k --rerank fr --out M.json``,
+   with xmr's AVX2 reproducibility pin (the default) and with ``XMR_NATIVE_CPU=1``;
+3. with ``--two-step``, the path documented before: ``xmr similarity --out S.npy`` then
+   ``xmr evaluate --sims S.npy`` (two processes, the matrix on disk);
+4. torch's GEMM at the same shape under the pin and with ``XMR_NATIVE_CPU=1`` (what the pin costs).
+
+Wall times and CPU times (the children's, from getrusage) are both reported: on a shared, loaded machine the
+CPU time is the steadier measure of work done. Target (issue 27): (2) <= 1.4x (1).
+
+    .venv/bin/python benchmarks/bench_eval_cli.py                    # full scale: ~0.5 GB per matrix, minutes
+    .venv/bin/python benchmarks/bench_eval_cli.py --scale 0.2 --two-step
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PIN_VARS = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "XMR_NATIVE_CPU")
+
+
+def make_data(n: int, k: int, d: int, c: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Unit-norm image sub-embeddings and captions near their image's mean embedding (bench_eval.py's recipe, in
+    NumPy so that this process never imports torch)."""
+    rng = np.random.default_rng(seed)
+    img = rng.standard_normal((n, k, d), dtype=np.float32)
+    img /= np.linalg.norm(img, axis=-1, keepdims=True)
+    cap = img.mean(1).repeat(c, axis=0) + np.float32(0.065) * rng.standard_normal((n * c, d), dtype=np.float32)
+    cap /= np.linalg.norm(cap, axis=-1, keepdims=True)
+    return img, cap
+
+
+def child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall s, CPU s of the child, its output) of a command run to completion."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), r.stdout + r.stderr
+
+
+def gemm(lib: str, images: str, captions: str) -> dict:
+    """One timed GEMM of the files' (N·K, D) x (D, M) in ``lib`` (numpy or torch), run in a child process."""
+    a = np.load(images).reshape(-1, np.load(images, mmap_mode="r").shape[-1])
+    b = np.load(captions)
+    if lib == "torch":
+        import torch
+
+        a, b = torch.from_numpy(a), torch.from_numpy(b)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = a @ b.T
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "shape": list(out.shape)}
+
+
+def gemm_child(lib: str, files: list[str], env: dict[str, str]) -> dict:
+    _, _, printed = child([sys.executable, __file__, "--gemm", lib, *files], env)
+    return json.loads(printed.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of 5000 images / 25,000 captions (default 1)")
+    ap.add_argument("--k", type=int, default=6, help="image sub-embeddings (default 6)")
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--two-step", action="store_true", help="also time xmr similarity + xmr evaluate --sims")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--gemm", nargs=3, metavar=("LIB", "I", "C"), help=argparse.SUPPRESS)  # the child's job
+    args = ap.parse_args(argv)
+    if args.gemm:
+        print(json.dumps(gemm(*args.gemm)))
+        return 0
+    n = max(10, round(5000 * args.scale))
+    c = 5
+    protocol = "coco5k" if n == 5000 else "plain"
+    res: dict = {"shape": {"images": n, "K": args.k, "dim": args.dim, "captions": n * c}, "protocol": protocol,
+                 "cpu": next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                              if ln.startswith("model name")), "?"), "cores": os.cpu_count(),
+                 "env": {k: os.environ.get(k) for k in PIN_VARS}, "loadavg_start": os.getloadavg()}
+    print(f"# {n} images x K={args.k} x {args.dim}-d vs {n * c} captions, {protocol} + FR; load {os.getloadavg()}",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="xmr-bench-cli-") as tmp:
+        img, cap = make_data(n, args.k, args.dim, c)
+        files = [str(Path(tmp) / "I.npy"), str(Path(tmp) / "C.npy")]
+        np.save(files[0], img)
+        np.save(files[1], cap)
+        x = img.reshape(n * args.k, args.dim)
+        del img
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = x @ cap.T
+        res["bare_numpy"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+        del out, x, cap
+        print(f"bare numpy GEMM (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}): "
+              f"{res['bare_numpy']['wall_s']:.2f} s wall, {res['bare_numpy']['cpu_s']:.2f} s CPU", flush=True)
+        base = {k: v for k, v in os.environ.items() if k not in PIN_VARS} | {"PYTHONPATH": str(ROOT)}
+        res["bare_numpy_openblas_default"] = gemm_child("numpy", files, base)
+        print(f"bare numpy GEMM (OpenBLAS's own kernels): {res['bare_numpy_openblas_default']['wall_s']:.2f} s wall, "
+              f"{res['bare_numpy_openblas_default']['cpu_s']:.2f} s CPU", flush=True)
+
+        evaluate = [sys.executable, "-m", "xmr", "evaluate", "--images", *files[:1], "--captions", files[1],
+                    "--measure", "max", "--protocol", protocol, "--rerank", "fr", "--out", str(Path(tmp) / "M.json")]
+        for key, extra in (("cli_pinned", {}), ("cli_native", {"XMR_NATIVE_CPU": "1"})):
+            wall, cpu, printed = child(evaluate, base | extra)
+            own = res["bare_numpy_openblas_default"]
+            res[key] = {"wall_s": wall, "cpu_s": cpu, "rsum": json.loads((Path(tmp) / "M.json").read_text())["rsum"],
+                        "over_bare_wall": wall / res["bare_numpy"]["wall_s"],
+                        "over_bare_cpu": cpu / res["bare_numpy"]["cpu_s"],
+                        "over_openblas_default_wall": wall / own["wall_s"],
+                        "over_openblas_default_cpu": cpu / own["cpu_s"]}
+            print(f"{key}: {wall:.2f} s wall ({res[key]['over_bare_wall']:.2f}x bare, "
+                  f"{res[key]['over_openblas_default_wall']:.2f}x OpenBLAS's own), {cpu:.2f} s CPU "
+                  f"({res[key]['over_bare_cpu']:.2f}x, {res[key]['over_openblas_default_cpu']:.2f}x); "
+                  f"{printed.strip().splitlines()[-1]}", flush=True)
+        if args.two_step:
+            sims = str(Path(tmp) / "S.npy")
+            w1, c1, _ = child([sys.executable, "-m", "xmr", "similarity", "--images", files[0], "--captions", files[1],
+                               "--measure", "max", "--out", sims], base)
+            w2, c2, _ = child([sys.executable, "-m", "xmr", "evaluate", "--sims", sims, "--protocol", protocol,
+                               "--rerank", "fr", "--out", str(Path(tmp) / "M2.json")], base)
+            res["two_step_pinned"] = {"wall_s": w1 + w2, "cpu_s": c1 + c2,
+                                      "over_bare_wall": (w1 + w2) / res["bare_numpy"]["wall_s"],
+                                      "over_bare_cpu": (c1 + c2) / res["bare_numpy"]["cpu_s"]}
+            print(f"two_step_pinned: {w1 + w2:.2f} s wall ({res['two_step_pinned']['over_bare_wall']:.2f}x), "
+                  f"{c1 + c2:.2f} s CPU ({res['two_step_pinned']['over_bare_cpu']:.2f}x)", flush=True)
+        from xmr.reproducibility import PORTABLE_CPU_ENV
+
+        res["torch_gemm_pinned"] = gemm_child("torch", files, base | PORTABLE_CPU_ENV)
+        res["torch_gemm_native"] = gemm_child("torch", files, base)
+        for key in ("torch_gemm_pinned", "torch_gemm_native"):
+            print(f"{key}: {res[key]['wall_s']:.2f} s wall, {res[key]['cpu_s']:.2f} s CPU", flush=True)
+    res["loadavg_end"] = os.getloadavg()
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

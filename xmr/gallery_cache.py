@@ -1,0 +1,103 @@
+"""A run's split as a gallery, cached in the run directory: image and caption embeddings, image ids, captions
+(and what the evaluator reads of the split: image labels, subsets), so that ``xmr search``, ``xmr.load(run)
+.encode_split`` and ``xmr test`` do not re-read and re-encode the split on every call.
+
+``xmr score`` writes ``{run_dir}/gallery_{split}.npz`` (:func:`xmr.layout.gallery_cache_file`); a reader that
+finds it missing or stale recomputes it. The cache is keyed by the SHA-256 of what the embeddings are made from:
+the checkpoint (``best.pt``), ``config.yaml``, the split's image input (its feature file; end to end, the
+annotations), its precomputed text features if any, and the dataset's annotation files; a change to any of them
+makes the cache stale. Large files' digests are themselves cached by size and mtime (:func:`xmr.io.sha256_file`),
+so checking the key costs milliseconds. No torch here: ``xmr test`` reads the cache without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmr.errors import XmrError
+from xmr.io import atomic_path, sha256_file
+from xmr.layout import feature_path, gallery_cache_file
+
+FORMAT = 1
+
+
+def input_files(cfg: dict, split: str) -> dict[str, Path]:
+    """The files a run's embeddings of ``split`` are made from, besides its checkpoint and config."""
+    files: dict[str, Path] = {}
+    if cfg["features"].get("source", "precomputed") != "images":
+        files["image_features"] = feature_path(cfg, split)
+    if cfg["text"].get("encoder") == "precomputed":
+        from xmr.models.text_precomputed import text_features_dir
+
+        where = text_features_dir(cfg)
+        if where is not None:
+            files["text_features"] = Path(where) / f"{split}.h5"
+    ann = cfg["dataset_cfg"].get("annotations") or []
+    for i, path in enumerate([ann] if isinstance(ann, str) else ann):
+        files[f"annotations_{i}"] = Path(path)
+    return files
+
+
+def cache_key(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, str] | None:
+    """Digests the cache of ``split`` must have been written with; None when an input is missing (no cache)."""
+    run_dir = Path(run_dir)
+    files = {"checkpoint": run_dir / "best.pt", "config": run_dir / "config.yaml", **input_files(cfg, split)}
+    if not all(p.is_file() for p in files.values()):
+        return None
+    return {"format": str(FORMAT), "split": split, **{k: sha256_file(p) for k, p in files.items()}}
+
+
+def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, Any] | None:
+    """The cached gallery of ``split`` (``image_emb``, ``text_emb`` as float32 arrays, ``image_ids``,
+    ``captions``, ``caption_image``, ``image_labels`` (or None), ``subsets`` (or None)), or None when it is
+    missing, unreadable or stale."""
+    path = gallery_cache_file(run_dir, split)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(str(arrays.pop("meta")))
+    except (OSError, ValueError, KeyError):  # torn or foreign: recomputed like a missing one
+        return None
+    if meta.get("key") != cache_key(run_dir, cfg, split):
+        return None
+    subsets = {name: {"images": arrays.pop(f"subset_images.{name}"), "captions": arrays.pop(f"subset_captions.{name}")}
+               for name in meta["subsets"]} if meta.get("subsets") is not None else None
+    return {"split": split, "image_emb": arrays["image_emb"], "text_emb": arrays["text_emb"],
+            "image_ids": [str(i) for i in arrays["image_ids"]], "captions": [str(c) for c in arrays["captions"]],
+            "caption_image": [int(i) for i in arrays["caption_image"]],
+            "image_labels": arrays.get("image_labels"), "subsets": subsets}
+
+
+def write_gallery(run_dir: str | os.PathLike, cfg: dict, split: str, data, image_emb: np.ndarray,
+                  text_emb: np.ndarray) -> Path | None:
+    """Cache the embeddings of ``data`` (a :class:`xmr.data.base.CaptionedSplit`, encoded whole) atomically;
+    returns the file, or None when the run directory cannot take it (a read-only run: nothing is cached)."""
+    key = cache_key(run_dir, cfg, split)
+    if key is None:
+        return None
+    subsets = data.extra.get("subsets")
+    arrays = {"image_emb": np.asarray(image_emb, dtype=np.float32), "text_emb": np.asarray(text_emb, dtype=np.float32),
+              "image_ids": np.asarray([str(i) for i in data.image_ids]),
+              "captions": np.asarray([str(c) for c in data.captions]),
+              "caption_image": np.asarray(data.caption_image, dtype=np.int64),
+              "meta": np.asarray(json.dumps({"key": key, "subsets": sorted(subsets) if subsets else None}))}
+    if data.image_labels is not None:
+        arrays["image_labels"] = np.asarray(data.image_labels)
+    for name, parts in (subsets or {}).items():
+        arrays[f"subset_images.{name}"] = np.asarray(parts["images"])
+        arrays[f"subset_captions.{name}"] = np.asarray(parts["captions"])
+    path = gallery_cache_file(run_dir, split)
+    try:
+        with atomic_path(path, ".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+    except (OSError, XmrError):  # a read-only or full disk: the gallery is recomputed next time
+        return None
+    return path
