@@ -109,9 +109,15 @@ class RerankerSpec:
     prepare: Callable[[torch.Tensor, dict, RerankContext], Rescoring]
     choices: Mapping[str, tuple] = field(default_factory=dict)  # allowed values of string parameters
     source: str = ""
+    rows_of: str | None = None  # another re-ranker whose config/rerank/<name>.yaml rows apply (a reading of it)
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
+
+
+def rows_name(name: str) -> str:
+    """The name of the ``config/rerank/<name>.yaml`` file whose rows give ``name``'s per-dataset defaults."""
+    return RERANKERS.get(name).rows_of or name
 
 
 # -- parameters ------------------------------------------------------------------------------------------------
