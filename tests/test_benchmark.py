@@ -165,3 +165,27 @@ def test_allow_missing_lists_the_missing_runs_and_marks_their_claims(bench_dir):
     assert claims["a beats b"]["verdict"] == "not run"
     assert claims["FR helps a"]["verdict"] == "holds"  # both sides present
     assert "3 of 6 runs have no results yet** (b/s0, b/s1, b/s2)" in paths["md"].read_text()
+
+
+def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    assert bench.degenerate_std == 0.01  # the schema default
+    for v, std in (("a", 0.12), ("b", 0.004)):
+        for seed in (0, 1, 2):
+            path = bench_dir / "results" / "toy" / "bench" / "bench" / v / f"s{seed}.json"
+            doc = json.loads(path.read_text())
+            doc.update(similarity_spread={"std": std, "margin": 0.1 if v == "a" else 0.001},
+                       epochs_trained=10 + seed, best_epoch=4 + seed, stopped_by="plateau" if seed else "cap",
+                       train_seconds=100.0 * (10 + seed))
+            path.write_text(json.dumps(doc))
+            run = bench.run_dir(v, seed, bench_dir / "runs")
+            run.mkdir(parents=True)
+            run.joinpath("history.csv").write_text("epoch,loss,val_rsum\n1,5,100\n2,4,120\n3,3,125\n")
+    paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    md = paths["md"].read_text()
+    # a: 10-12 epochs, best 4-6, 100 s per epoch, std 0.1200 ± 0.0000, not collapsed; b: all three below 0.01
+    assert "| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | no |" in md
+    assert "| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | ⚠ 3 of 3 |" in md
+    assert paths["curves_png"].stat().st_size > 1000
+    training = json.loads(paths["json"].read_text())["training"]
+    assert sum(r["collapsed"] for r in training) == 3
