@@ -4,8 +4,9 @@ Every variant (a recipe plus overrides) is trained once per seed into ``runs/{da
 and evaluated once, plain and with every re-ranker of the file, into
 ``results/{dataset}/bench/{name}/{variant}/s{seed}.json`` (:func:`xmr.results.evaluate_run_many`). Then
 :func:`write_benchmark` gathers them into ``results/{dataset}/{name}.{md,csv,json,png}`` (mean ± std over seeds, on
-the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries) and
-``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
+the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries; how each run's
+training ended and the spread of its test matrix, collapsed runs flagged), ``{name}_curves.png`` (validation curves)
+and ``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
 
 Verdicts: a two-sided t-test of the difference at its actual degrees of freedom: two sides that are the same
 trained models (e.g. a variant with and without a re-ranker) are compared seed by seed (paired, df = n - 1); other
@@ -514,8 +515,8 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
 
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None, results_root: str | os.PathLike = "results",
                     runs_root: str | os.PathLike = "runs", strict: bool = True) -> dict[str, Path]:
-    """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths.
-    ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
+    """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png`` and ``{name}_claims.md/.csv`` (atomically) and return
+    their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
     out = Path(out_dir or Path(results_root) / bench.dataset)
