@@ -7,7 +7,7 @@ import math
 import pytest
 import yaml
 
-from xmr.benchmark import compare, load_benchmark, mean_std, verdict, write_benchmark
+from xmr.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
 from xmr.errors import XmrError
 
 
@@ -25,11 +25,41 @@ def test_welch_and_paired_standard_errors_by_hand():
     assert p["diff"] == pytest.approx(3.0) and p["se"] == pytest.approx(1 / math.sqrt(3))
 
 
-def test_verdicts_at_two_standard_errors():
-    assert verdict(3.0, 1.29) == "holds"            # 3 > 2.58
-    assert verdict(1.0, 1.633) == "inconclusive"    # |1| < 3.27
-    assert verdict(-3.0, 0.816) == "does not hold"  # -3 < -1.63
-    assert verdict(2.0, 1.0) == "inconclusive"      # exactly 2 SE is not more than 2 SE
+def test_paired_t_test_of_three_seeds_by_hand():
+    # differences 1, 2, 6: mean 3, deviations -2, -1, 3 -> variance 14 / 2 = 7, SE sqrt(7 / 3), t = 3 / SE, df 2.
+    # Student's t with 2 df: P(|T| > t) = 1 - t / sqrt(2 + t^2); t^2 = 27 / 7 -> p = 1 - sqrt(27 / 41) = 0.1885
+    # (the old "> 2 SE" rule at 2 df: about this p, not 0.05)
+    c = compare({0: 11.0, 1: 12.0, 2: 16.0}, {0: 10.0, 1: 10.0, 2: 10.0}, paired=True)
+    assert c["se"] == pytest.approx(math.sqrt(7 / 3)) and c["t"] == pytest.approx(3 / math.sqrt(7 / 3))
+    assert c["df"] == 2 and c["p"] == pytest.approx(1 - math.sqrt(27 / 41), abs=1e-9)
+
+
+def test_welch_t_test_by_hand():
+    # equal variances (4) and sizes (3): SE^2 = 4/3 + 4/3 = 8/3, t = 6 / sqrt(8/3) (t^2 = 13.5);
+    # Welch-Satterthwaite df = (8/3)^2 / ((4/3)^2 / 2 + (4/3)^2 / 2) = 4.
+    # Student's t with 4 df: with x = t / sqrt(4 + t^2), P(|T| > t) = 1 - x (3 - x^2) / 2; x^2 = 13.5 / 17.5 = 27 / 35
+    c = compare({0: 10.0, 1: 12.0, 2: 14.0}, {0: 4.0, 1: 6.0, 2: 8.0}, paired=False)
+    x = math.sqrt(27 / 35)
+    assert c["t"] == pytest.approx(6 / math.sqrt(8 / 3)) and c["df"] == pytest.approx(4.0)
+    assert c["p"] == pytest.approx(1 - x * (3 - x * x) / 2, abs=1e-9)  # 0.0213
+    # unequal variances 4 and 1: df = (5/3)^2 / ((4/3)^2 / 2 + (1/3)^2 / 2) = (25/9) / (17/18) = 50 / 17
+    c = compare({0: 10.0, 1: 12.0, 2: 14.0}, {0: 8.0, 1: 9.0, 2: 10.0}, paired=False)
+    assert c["df"] == pytest.approx(50 / 17)
+
+
+def test_holm_adjustment_by_hand():
+    # sorted 0.01, 0.03, 0.04, 0.20 (m = 4): 4 x 0.01 = 0.04; 3 x 0.03 = 0.09; 2 x 0.04 = 0.08 -> max(0.09, 0.08)
+    # = 0.09 (step-down keeps the order); 1 x 0.20 = 0.20. NaN (a claim not run) is not in the family.
+    adj = holm([0.01, 0.04, 0.03, float("nan"), 0.20])
+    assert adj[:3] == pytest.approx([0.04, 0.09, 0.09]) and math.isnan(adj[3]) and adj[4] == pytest.approx(0.20)
+    assert holm([0.5, 0.4]) == pytest.approx([0.8, 0.8])  # 2 x 0.4 = 0.8; 1 x 0.5 -> max(0.8, 0.5)
+    assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_verdicts_at_the_adjusted_p():
+    assert verdict(3.0, 0.01) == "holds"
+    assert verdict(-3.0, 0.01) == "does not hold"
+    assert verdict(3.0, 0.05) == "inconclusive"  # not below alpha = 0.05
     assert verdict(1.0, float("nan")) == "inconclusive"
 
 
@@ -71,16 +101,29 @@ def test_tables_and_claims_from_per_seed_results(bench_dir):
     assert bench.train_overrides("b", 2) == ['model.embed_dim=8', 'train.seed=2', 'name="bench.b.s2"']
     paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
-    # a: 302 ± 2, b: 291 ± 1 -> diff 11, Welch SE sqrt(4/3 + 1/3) = 1.29 -> holds
+    # a: 302 ± 2, b: 291 ± 1 -> diff 11, Welch SE sqrt(4/3 + 1/3) = 1.29, t = 8.52 at df 50/17 = 2.94: p is below
+    # its value at df 2, 1 - t / sqrt(2 + t^2) = 0.0135
     c = claims["a beats b"]
     assert (c["better_mean"], c["better_std"], c["worse_mean"], c["worse_std"]) == pytest.approx((302, 2, 291, 1))
-    assert c["se"] == pytest.approx(math.sqrt(5 / 3)) and c["verdict"] == "holds" and not c["paired"]
-    # FR on a: paired differences 5, 6, 7 -> 6 ± 1 / sqrt(3)
+    assert c["se"] == pytest.approx(math.sqrt(5 / 3)) and not c["paired"] and c["df"] == pytest.approx(50 / 17)
+    t = 11 / math.sqrt(5 / 3)
+    p_ab = c["p"]
+    assert 0 < p_ab < 1 - t / math.sqrt(2 + t * t)
+    # FR on a: paired differences 5, 6, 7 -> 6 ± 1 / sqrt(3), t = 6 sqrt(3), df 2: p = 1 - sqrt(108 / 110)
     c = claims["FR helps a"]
     assert c["paired"] and c["diff"] == pytest.approx(6.0) and c["se"] == pytest.approx(1 / math.sqrt(3))
-    # ambiguous: a 120 ± 20 vs b 130 ± 20 -> -10, SE sqrt(400/3 * 2) = 16.3 -> inconclusive
+    p_fr = 1 - math.sqrt(108 / 110)  # 0.0091
+    assert c["p"] == pytest.approx(p_fr, abs=1e-9)
+    # ambiguous: a 120 ± 20 vs b 130 ± 20 -> -10, SE sqrt(400/3 * 2) = 16.3, t = -0.612, df 4 -> p = 0.573
     c = claims["a beats b on ambiguous"]
-    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "inconclusive"
+    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "inconclusive" and c["df"] == pytest.approx(4)
+    # Holm over the 3 claims: the smaller of the two small p values x 3, the other max(that, its own x 2), both
+    # < 0.05 -> hold; ambiguous: max(.., 1 x 0.573) = 0.573 -> inconclusive
+    (lo, first), (hi, second) = sorted([(p_ab, "a beats b"), (p_fr, "FR helps a")])
+    assert claims[first]["p_holm"] == pytest.approx(3 * lo)
+    assert claims[second]["p_holm"] == pytest.approx(max(3 * lo, 2 * hi)) and max(3 * lo, 2 * hi) < 0.05
+    assert claims["a beats b"]["verdict"] == claims["FR helps a"]["verdict"] == "holds"
+    assert claims["a beats b on ambiguous"]["p_holm"] == pytest.approx(c["p"])
     md = paths["md"].read_text()
     assert "| a | 52.0 ± 2.0 | 50.0 ± 0.0 |" in md  # i2t R@1 = RSUM - 250
     assert "302.0 ± 2.0" in md and "subset `ambiguous`" in md
@@ -122,3 +165,27 @@ def test_allow_missing_lists_the_missing_runs_and_marks_their_claims(bench_dir):
     assert claims["a beats b"]["verdict"] == "not run"
     assert claims["FR helps a"]["verdict"] == "holds"  # both sides present
     assert "3 of 6 runs have no results yet** (b/s0, b/s1, b/s2)" in paths["md"].read_text()
+
+
+def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    assert bench.degenerate_std == 0.01  # the schema default
+    for v, std in (("a", 0.12), ("b", 0.004)):
+        for seed in (0, 1, 2):
+            path = bench_dir / "results" / "toy" / "bench" / "bench" / v / f"s{seed}.json"
+            doc = json.loads(path.read_text())
+            doc.update(similarity_spread={"std": std, "margin": 0.1 if v == "a" else 0.001},
+                       epochs_trained=10 + seed, best_epoch=4 + seed, stopped_by="plateau" if seed else "cap",
+                       train_seconds=100.0 * (10 + seed))
+            path.write_text(json.dumps(doc))
+            run = bench.run_dir(v, seed, bench_dir / "runs")
+            run.mkdir(parents=True)
+            run.joinpath("history.csv").write_text("epoch,loss,val_rsum\n1,5,100\n2,4,120\n3,3,125\n")
+    paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    md = paths["md"].read_text()
+    # a: 10-12 epochs, best 4-6, 100 s per epoch, std 0.1200 ± 0.0000, not collapsed; b: all three below 0.01
+    assert "| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | no |" in md
+    assert "| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | ⚠ 3 of 3 |" in md
+    assert paths["curves_png"].stat().st_size > 1000
+    training = json.loads(paths["json"].read_text())["training"]
+    assert sum(r["collapsed"] for r in training) == 3

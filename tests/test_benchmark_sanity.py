@@ -69,7 +69,7 @@ def working(small_synth):
 
 def assert_detected(working: dict, broken: dict) -> None:
     cmp = compare(working, broken, paired=False)
-    assert verdict(cmp["diff"], cmp["se"]) == "holds", (working, broken, cmp)
+    assert verdict(cmp["diff"], cmp["p"]) == "holds", (working, broken, cmp)
 
 
 def test_the_working_method_is_far_above_chance(working):

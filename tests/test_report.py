@@ -83,6 +83,19 @@ def test_summary_table_has_method_and_train_time(tmp_path):
     assert row["RSUM"] == 310.0 and row["i2t R-P"] == 25.0 and row["target"] == "c_fr" and row["train (min)"] is None
 
 
+def test_show_table_says_how_training_ended_and_the_spread(tmp_path):
+    from xmr.report.tables import markdown_table, result_rows
+
+    metrics = {"i2t": {"r1": 10.0, "r5": 20.0, "r10": 30.0}, "t2i": {"r1": 1.0, "r5": 2.0, "r10": 3.0}, "rsum": 66.0}
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps({**metrics, "protocol": "plain", "dataset": "synth", "recipe": "dvse", "rerank": "none",
+                                "epochs_trained": 5, "stopped_by": "cap",
+                                "similarity_spread": {"std": 0.10142, "margin": 0.01}}))
+    md = markdown_table(result_rows([path], tmp_path / "runs")).splitlines()
+    assert md[0].endswith("| RSUM | epochs | ended by | test sim. std |")
+    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 |"
+
+
 # -- FR grid -----------------------------------------------------------------------------------------------------------
 
 SIMS = np.array([  # 6 images x 12 captions (2 per image), values chosen so FR's scales change the rankings

@@ -269,7 +269,8 @@ def test_evaluation_of_lazy_scores_equals_materialized(name, params):
 
 
 def test_parameter_validation():
-    assert RERANKERS.names() == ["csls", "dsl", "fr", "isoftmax", "mr", "qbnorm", "rr"]
+    assert RERANKERS.names() == ["csls", "dsl", "dsl_val", "fr", "fr_val", "isoftmax", "isoftmax_val", "mr", "qbnorm",
+                                 "rr"]
     with pytest.raises(XmrError, match="unknown parameter 'gamma3' for re-ranker 'fr'"):
         resolve_params("fr", {"gamma3": 1})
     with pytest.raises(XmrError, match="not a valid float"):

@@ -77,7 +77,7 @@ def hardest_triplet_mean(s, pos, margin):
 
 def summed_triplet(s, pos, margin, per_direction):
     """Summed hinges (VSE0) over every negative, both directions; each direction's sum divided by
-    ``per_direction`` (PVSE code: B * B entries of the hinge matrix; DivE code: B * (B - 1) negatives)."""
+    ``per_direction`` (PVSE code: B * B entries of the hinge matrix; DivE code: the number of negatives)."""
     b = len(s)
     total = 0.0
     for i in range(b):
@@ -159,14 +159,14 @@ def test_pvse_summed_hinges_average_over_all_b_by_b_entries_like_its_code(tiny_s
 
 def test_dive_summed_hinges_average_over_the_negatives_like_its_code(tiny_synth):
     # kdwonn/DivE AsymmetricTripletLoss: positives cut out, (margin + neg - pos).clamp(0).mean() over the
-    # B x (B - 1) negatives per direction; batch of 4 => each direction's sum / 12
+    # (anchor, negative) pairs per direction; batch of 4 with POS's 6 positives => 16 - 6 = 10 negatives, sum / 10
     model = build(tiny_synth, "dive",
                   model={"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8, "dropout": 0.0},
                   loss={"margin": 0.2, "alpha": 16.0, "mmd_weight": 0.0, "div_weight": 0.0, "max_violation": False})
     img, txt = model(*batch(model))
     out = model.compute_loss(img, txt, POS, 0.0)
     sims = smooth_chamfer(np64(img), np64(txt), 16.0)
-    assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.2, 12), rel=1e-5)
+    assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.2, 10), rel=1e-5)
     assert out["ranking"].item() > 0
 
 def test_dive_loss_is_smooth_chamfer_triplet_plus_mmd_and_slot_uniformity(tiny_synth):

@@ -76,3 +76,30 @@ def test_reference_reductions_of_pvse_and_dive():
 def test_unknown_reduction_is_refused():
     with pytest.raises(ValueError, match="mean_pairs"):
         triplet_loss(S, reduction="average")
+
+
+def test_mean_negatives_counts_the_negatives_left_by_several_positives_per_anchor():
+    # Two images with two captions each in the batch: rows/columns 0, 1 are image A's pairs, 2, 3 image B's, so
+    # every anchor has two positives and two negatives (the other block). margin 0.2, summed hinges.
+    s4 = torch.tensor([[0.9, 0.8, 0.3, 0.5],
+                       [0.7, 0.6, 0.5, 0.2],
+                       [0.1, 0.7, 0.8, 0.9],
+                       [0.6, 0.0, 0.7, 0.4]], dtype=torch.float64)
+    blocks = torch.tensor([[True, True, False, False],
+                           [True, True, False, False],
+                           [False, False, True, True],
+                           [False, False, True, True]])
+    # image anchors (rows, positive S_ii, negatives in the other block):
+    #   row 0: 0.2 + 0.3 - 0.9 < 0, 0.2 + 0.5 - 0.9 < 0 -> 0 | row 1: 0.2 + 0.5 - 0.6 = 0.1, 0.2 + 0.2 - 0.6 < 0
+    #   row 2: 0.2 + 0.1 - 0.8 < 0, 0.2 + 0.7 - 0.8 = 0.1   | row 3: 0.2 + 0.6 - 0.4 = 0.4, 0.2 + 0.0 - 0.4 < 0
+    #   => 0.6 over 8 (anchor, negative) pairs
+    # caption anchors (columns, positive S_jj):
+    #   col 0: 0.2 + 0.1 - 0.9 < 0, 0.2 + 0.6 - 0.9 < 0     | col 1: 0.2 + 0.7 - 0.6 = 0.3, 0.2 + 0.0 - 0.6 < 0
+    #   col 2: 0.2 + 0.3 - 0.8 < 0, 0.2 + 0.5 - 0.8 < 0     | col 3: 0.2 + 0.5 - 0.4 = 0.3, 0.2 + 0.2 - 0.4 = 0
+    #   => 0.6 over 8 pairs
+    # DivE's mean over the actual pairs: 0.6 / 8 + 0.6 / 8 = 0.15 (B(B-1) = 12 would give 1.2 / 12 = 0.1)
+    assert triplet_loss(s4, blocks, margin=0.2, max_violation=False, reduction="mean_negatives").item() == \
+        pytest.approx(0.15, abs=1e-12)
+    # the 3 x 3 sibling batch: 4 negatives (the False entries); rows 0.5, cols 0.8 => 1.3 / 4
+    assert triplet_loss(S, SIBLINGS, margin=0.2, max_violation=False, reduction="mean_negatives").item() == \
+        pytest.approx(1.3 / 4, abs=1e-12)

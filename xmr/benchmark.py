@@ -4,13 +4,16 @@ Every variant (a recipe plus overrides) is trained once per seed into ``runs/{da
 and evaluated once, plain and with every re-ranker of the file, into
 ``results/{dataset}/bench/{name}/{variant}/s{seed}.json`` (:func:`xmr.results.evaluate_run_many`). Then
 :func:`write_benchmark` gathers them into ``results/{dataset}/{name}.{md,csv,json,png}`` (mean ± std over seeds, on
-the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries) and
-``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
+the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries; how each run's
+training ended and the spread of its test matrix, collapsed runs flagged), ``{name}_curves.png`` (validation curves)
+and ``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
 
-Verdicts: *holds* when the claimed-better side is higher by more than two standard errors of the difference,
-*does not hold* when it is lower by more than two, *inconclusive* otherwise. Two sides that are the same trained
-models (e.g. a variant with and without a re-ranker) are compared seed by seed (paired); other sides as two
-independent samples (Welch's standard error).
+Verdicts: a two-sided t-test of the difference at its actual degrees of freedom: two sides that are the same
+trained models (e.g. a variant with and without a re-ranker) are compared seed by seed (paired, df = n - 1); other
+sides as two independent samples (Welch's standard error, Welch-Satterthwaite df). The p values of all claims are
+adjusted together by Holm's step-down rule (family-wise error rate ``ALPHA``); a claim *holds* when its adjusted p is
+below ``ALPHA`` and the claimed-better side is higher, *does not hold* when the adjusted p is below ``ALPHA`` and it is
+lower, and is *inconclusive* otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from xmr.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
 METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
+ALPHA = 0.05  # two-sided, family-wise over the claims (Holm)
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Benchmark:
     overrides: dict[str, Any] = field(default_factory=dict)
     claims: list[dict[str, Any]] = field(default_factory=list)
     config_dir: Path = Path("config")
+    degenerate_std: float = 0.01  # test similarities with a smaller std: a collapsed run, flagged in the tables
 
     def check_variant(self, variant: str) -> None:
         if variant not in self.variants:
@@ -121,7 +126,7 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
             raise XmrError(f"{src}: rerank: unknown re-ranker {r!r}; choose from {PLAIN}, {', '.join(known)}")
     bench = Benchmark(doc["name"], path, doc["dataset"], list(doc["seeds"]), list(doc["rerank"]),
                       dict(doc["variants"]), dict(doc.get("overrides") or {}), list(doc.get("claims") or []),
-                      Path(config_dir))
+                      Path(config_dir), float(doc["degenerate_std"]))
     for v in bench.variants:
         if not bench.recipe_path(v).exists():
             raise XmrError(f"{src}: variants.{v}.recipe: no recipe {bench.recipe_path(v)}")
@@ -177,6 +182,76 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
     return records
 
 
+def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT) -> list[dict]:
+    """One record per (variant, seed) present: how its training ended and the spread of its test matrix (what
+    each per-seed results file repeats from the run; NaN / None for results written before they were recorded)."""
+    from xmr.io import read_json
+
+    out = []
+    for variant in bench.variants:
+        for seed in bench.seeds:
+            p = bench.result_path(variant, seed, results_root)
+            if not p.exists():
+                continue
+            doc = read_json(p)
+            spread = doc.get("similarity_spread") or {}
+            out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
+                        "best_epoch": doc.get("best_epoch"), "stopped_by": doc.get("stopped_by"),
+                        "train_seconds": doc.get("train_seconds"),
+                        "sim_std": float(spread.get("std", float("nan"))),
+                        "sim_margin": float(spread.get("margin", float("nan"))),
+                        "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std})
+    return out
+
+
+def training_markdown(bench: Benchmark, training: list[dict]) -> str:
+    """Per variant: epochs trained, how training ended, seconds per epoch, and the test matrix's spread, with
+    collapsed runs (std below ``degenerate_std``) flagged."""
+    out = io.StringIO()
+    out.write(f"**Training and similarity spread** (per variant over its seeds; test similarities: std and the mean "
+              f"margin between each query's best positive and its hardest negative; ⚠ = a run with std < "
+              f"{bench.degenerate_std:g}, i.e. collapsed)\n\n")
+    out.write("| variant | epochs trained | best epoch | ended by | s / epoch | test sim. std | margin | collapsed |\n"
+              "|---|---|---|---|---|---|---|---|\n")
+    for v in bench.variants:
+        recs = [r for r in training if r["variant"] == v]
+        if not recs:
+            continue
+
+        def span(key: str) -> str:
+            vals = [r[key] for r in recs if r[key] is not None]
+            if not vals:
+                return "–"
+            return f"{min(vals)}" if min(vals) == max(vals) else f"{min(vals)}–{max(vals)}"
+
+        ends = [r["stopped_by"] for r in recs if r["stopped_by"]]
+        ended = ", ".join(f"{e} ×{ends.count(e)}" for e in dict.fromkeys(ends)) or "–"
+        per_epoch = [r["train_seconds"] / r["epochs_trained"] for r in recs
+                     if r["train_seconds"] and r["epochs_trained"]]
+        sec = f"{np.mean(per_epoch):.0f}" if per_epoch else "–"
+        std_m, std_s = mean_std(r["sim_std"] for r in recs)
+        mar_m, mar_s = mean_std(r["sim_margin"] for r in recs)
+        n_col = sum(r["collapsed"] for r in recs)
+        out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | "
+                  f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | "
+                  f"{f'⚠ {n_col} of {len(recs)}' if n_col else 'no'} |\n")
+    out.write("\n")
+    return out.getvalue()
+
+
+def run_histories(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT) -> dict[str, list[list[dict]]]:
+    """``{variant: [history rows of each seed's run]}`` for the runs that have a history.csv."""
+    from xmr.report.figures import load_history
+
+    out: dict[str, list[list[dict]]] = {}
+    for v in bench.variants:
+        runs = [load_history(bench.run_dir(v, s, runs_root)) for s in bench.seeds
+                if (bench.run_dir(v, s, runs_root) / "history.csv").exists()]
+        if runs:
+            out[v] = runs
+    return out
+
+
 def _values(records: list[dict], variant: str, rerank: str, subset: str, metric: str) -> dict[int, float]:
     return {r["seed"]: r[metric] for r in records
             if r["variant"] == variant and r["rerank"] == rerank and r["subset"] == subset}
@@ -191,30 +266,55 @@ def mean_std(values) -> tuple[float, float]:
 
 
 def compare(better: dict[int, float], worse: dict[int, float], paired: bool) -> dict[str, float]:
-    """Difference of means and its standard error: paired over common seeds, else Welch's."""
+    """Difference of means, its standard error, the t statistic, its degrees of freedom and the two-sided p:
+    paired over common seeds (df = n - 1), else Welch's (Welch-Satterthwaite df)."""
     if paired:
         seeds = sorted(set(better) & set(worse))
         d = np.asarray([better[s] - worse[s] for s in seeds])
         diff = float(d.mean())
         se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else float("nan")
-        return {"diff": diff, "se": se, "n": int(d.size)}
+        df = float(d.size - 1) if d.size > 1 else float("nan")
+        return {"diff": diff, "se": se, "n": int(d.size), **t_test(diff, se, df)}
     b, w = np.asarray(list(better.values())), np.asarray(list(worse.values()))
     diff = float(b.mean() - w.mean())
-    se = float(math.sqrt(b.var(ddof=1) / b.size + w.var(ddof=1) / w.size)) if min(b.size, w.size) > 1 \
-        else float("nan")
-    return {"diff": diff, "se": se, "n": int(min(b.size, w.size))}
+    if min(b.size, w.size) > 1:
+        vb, vw = b.var(ddof=1) / b.size, w.var(ddof=1) / w.size
+        se = float(math.sqrt(vb + vw))
+        den = vb ** 2 / (b.size - 1) + vw ** 2 / (w.size - 1)
+        df = float((vb + vw) ** 2 / den) if den > 0 else float(b.size + w.size - 2)
+    else:
+        se = df = float("nan")
+    return {"diff": diff, "se": se, "n": int(min(b.size, w.size)), **t_test(diff, se, df)}
 
 
-def verdict(diff: float, se: float) -> str:
-    if not math.isfinite(se):
+def t_test(diff: float, se: float, df: float) -> dict[str, float]:
+    """``t = diff / se`` and its two-sided p under Student's t with ``df`` degrees of freedom. A zero SE (the
+    same numbers on every seed) makes any non-zero difference exact (p = 0)."""
+    from scipy import stats
+
+    if not (math.isfinite(se) and math.isfinite(df)):
+        return {"t": float("nan"), "df": df, "p": float("nan")}
+    if se == 0:
+        return {"t": math.copysign(math.inf, diff) if diff else 0.0, "df": df, "p": 0.0 if diff else 1.0}
+    t = diff / se
+    return {"t": t, "df": df, "p": float(2 * stats.t.sf(abs(t), df))}
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm's step-down adjusted p values (NaN stays NaN and does not count in the family): the i-th smallest
+    of m p values becomes max over j <= i of min(1, (m - j + 1) p_(j))."""
+    finite = sorted((p, i) for i, p in enumerate(pvalues) if math.isfinite(p))
+    m, out, running = len(finite), [float("nan")] * len(pvalues), 0.0
+    for rank, (p, i) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def verdict(diff: float, p_adjusted: float, alpha: float = ALPHA) -> str:
+    if not math.isfinite(p_adjusted) or p_adjusted >= alpha or diff == 0:
         return "inconclusive"
-    if se == 0:  # identical seeds on both sides: any difference is exact
-        return "holds" if diff > 0 else "does not hold" if diff < 0 else "inconclusive"
-    if diff > 2 * se:
-        return "holds"
-    if diff < -2 * se:
-        return "does not hold"
-    return "inconclusive"
+    return "holds" if diff > 0 else "does not hold"
 
 
 def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
@@ -229,8 +329,8 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
                 rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
                              "subset": subset, "metric": metric, "better_mean": float("nan"),
                              "better_std": float("nan"), "worse_mean": float("nan"), "worse_std": float("nan"),
-                             "diff": float("nan"), "se": float("nan"), "n": 0, "paired": bv == wv,
-                             "verdict": "not run"})
+                             "diff": float("nan"), "se": float("nan"), "n": 0, "t": float("nan"),
+                             "df": float("nan"), "p": float("nan"), "paired": bv == wv, "verdict": "not run"})
                 continue
             raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
                            f"define that evaluation subset?")
@@ -238,7 +338,11 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
         (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
         rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
                      "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
-                     "worse_std": ws, **cmp, "paired": bv == wv, "verdict": verdict(cmp["diff"], cmp["se"])})
+                     "worse_std": ws, **cmp, "paired": bv == wv})
+    for row, p_adj in zip(rows, holm([r["p"] for r in rows])):
+        row["p_holm"] = p_adj
+        if row.get("verdict") != "not run":
+            row["verdict"] = verdict(row["diff"], p_adj)
     return rows
 
 
@@ -304,7 +408,7 @@ def dataset_stats(bench: Benchmark) -> dict | None:
 
 
 def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict,
-                       stats: dict | None = None, missing: list[str] = ()) -> str:
+                       stats: dict | None = None, missing: list[str] = (), training: list[dict] = ()) -> str:
     out = io.StringIO()
     if stats:
         test = stats["splits"].get("test", {})
@@ -337,6 +441,8 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
                     cells.append(_pm(hit[0]["rsum_mean"], hit[0]["rsum_std"]) if hit else "–")
                 out.write(f"| {v} | " + " | ".join(cells) + " |\n")
             out.write("\n")
+    if training:
+        out.write(training_markdown(bench, list(training)))
     out.write("Variants: " + "; ".join(f"`{v}` = {bench.label(v)}" for v in bench.variants) + ".\n\n")
     if missing:
         out.write(f"**Incomplete: {len(missing)} of {len(bench.variants) * n} runs have no results yet** "
@@ -349,19 +455,31 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
 
 def claims_markdown(claims: list[dict], n_seeds: int) -> str:
     out = io.StringIO()
-    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | verdict |\n"
-              "|---|---|---|---|---|---|---|---|\n")
+    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | t (df) | "
+              "p | p (Holm) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
     for c in claims:
         metric = "" if c["metric"] == "rsum" else f" ({c['metric']})"
         diff = "–" if not math.isfinite(c["diff"]) else \
             f"{c['diff']:+.1f} ± {c['se']:.1f}{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
+        t = "–" if not math.isfinite(c.get("df", float("nan"))) else f"{c['t']:+.2f} ({c['df']:.1f})"
         out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
                   f"{_pm(c['better_mean'], c['better_std'])} | {_pm(c['worse_mean'], c['worse_std'])} | "
-                  f"{diff} | **{c['verdict']}** |\n")
-    out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference (paired over seeds when "
-              f"both sides are the same models, else Welch's). *holds*: difference > 2 SE; *does not hold*: "
-              f"< −2 SE; else *inconclusive*.\n")
+                  f"{diff} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | **{c['verdict']}** |\n")
+    tested = [c for c in claims if math.isfinite(c.get("p", float("nan")))]
+    raw = sum(c["p"] < ALPHA for c in tested)
+    out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference. Each claim is a two-sided "
+              f"t-test at its degrees of freedom: paired over seeds (df = n − 1) when both sides are the same "
+              f"models, else Welch's (Welch–Satterthwaite df). The {len(tested)} p values are adjusted together by "
+              f"Holm's step-down rule; *holds* / *does not hold*: Holm-adjusted p < {ALPHA} with the difference "
+              f"positive / negative; else *inconclusive*. Unadjusted, {raw} of {len(tested)} would pass "
+              f"p < {ALPHA}; by chance alone about {ALPHA * len(tested):.1f} would.\n")
     return out.getvalue()
+
+
+def _p(p: float | None) -> str:
+    if p is None or not math.isfinite(p):
+        return "–"
+    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
 
 
 def _seeds_note(n: int, n_seeds: int) -> str:
@@ -401,8 +519,8 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                     results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                     strict: bool = True) -> dict[str, Path]:
-    """Write ``{name}.md/.csv/.json/.png`` and ``{name}_claims.md/.csv`` (atomically) and return their paths.
-    ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
+    """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png`` and ``{name}_claims.md/.csv`` (atomically) and return
+    their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
     out = Path(out_dir or results_dir(bench.dataset, results_root))
@@ -412,20 +530,26 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     claims = judge_claims(bench, records)
     times = timing(bench, runs_root, results_root)
     stats = dataset_stats(bench)
+    training = gather_training(bench, results_root)
     paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
              (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
-              ("claims_csv", "_claims.csv"))}
+              ("claims_csv", "_claims.csv"), ("curves_png", "_curves.png"))}
     present = {(r["variant"], r["seed"]) for r in records}
     missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
-    for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing)),
+    for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing, training)),
                       ("claims_md", claims_markdown(claims, len(bench.seeds))),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:
             tmp.write_text(text)
     write_json(paths["json"], {"benchmark": bench.name, "dataset": bench.dataset, "seeds": bench.seeds,
-                               "summary": rows, "claims": claims, "timing": times, "dataset_stats": stats})
+                               "summary": rows, "claims": claims, "timing": times, "dataset_stats": stats,
+                               "training": training, "degenerate_std": bench.degenerate_std})
     with atomic_path(paths["png"], ".png") as tmp:
         plot_benchmark(bench, rows, tmp)
+    from xmr.report.figures import plot_validation_curves
+
+    plot_validation_curves(run_histories(bench, runs_root), paths["curves_png"],
+                           f"{bench.dataset}: validation RSUM per epoch (mean ± std over seeds)")
     return paths
 
 
@@ -439,4 +563,4 @@ def _csv(rows: list[dict]) -> str:
 
 
 __all__ = ["Benchmark", "benchmark_names", "load_benchmark", "benchmark_path", "gather", "summary_rows", "judge_claims", "compare",
-           "verdict", "mean_std", "write_benchmark", "flat_metrics"]
+           "t_test", "holm", "verdict", "gather_training", "run_histories", "mean_std", "write_benchmark", "flat_metrics"]

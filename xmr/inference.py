@@ -294,10 +294,10 @@ class Model:
             sims = self.similarity(queries, gallery)
         if rerank:
             from xmr.config import load_array_params, load_rerank_rows
-            from xmr.rerank import default_params, rerank as apply_rerank
+            from xmr.rerank import default_params, rerank as apply_rerank, rows_name
 
             ds = self.cfg["dataset_cfg"].get("rerank_defaults") or self.cfg.get("dataset")
-            params = default_params(rerank, ds, load_rerank_rows(rerank)[1]) \
+            params = default_params(rerank, ds, load_rerank_rows(rows_name(rerank))[1]) \
                 | dict(self.cfg["eval"]["rerank"].get(rerank, {})) | load_array_params(rerank_params, rerank)
             i2t, t2i = apply_rerank(sims, rerank, params)
             scores = t2i.T if queries_are == "text" else i2t

@@ -200,10 +200,11 @@ def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -
     recipes = Path(config_dir) / "recipes" / dataset
     if (recipes / f"{target}.yaml").exists():
         return target, None
-    base, _, suffix = target.rpartition("_")
     rerankers = reranker_names()
-    if suffix in rerankers and (recipes / f"{base}.yaml").exists():
-        return base, suffix
+    for suffix in sorted(rerankers, key=len, reverse=True):  # the longest first: dvse_fr_val is dvse + fr_val
+        base = target[:-len(suffix) - 1]
+        if target.endswith(f"_{suffix}") and (recipes / f"{base}.yaml").exists():
+            return base, suffix
     known = sorted(p.stem for p in recipes.glob("*.yaml"))
     raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {recipes / (target + '.yaml')} "
                    f"(recipes for {dataset}: {', '.join(known) or 'none'}; re-ranker suffixes: {', '.join(rerankers)})")

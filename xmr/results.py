@@ -18,8 +18,10 @@ from xmr.tracking import Tracker, metrics_to_flat
 
 def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
                  rerank_params: dict[str, float] | None = None, track: bool = True) -> dict[str, Any]:
-    """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``."""
+    """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``, and the
+    spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py)."""
     from xmr.evaluation import evaluate_sims
+    from xmr.evaluation.spread import similarity_spread
 
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
@@ -29,13 +31,14 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     ds = cfg["dataset_cfg"]
     protocols = cfg["eval"]["protocols"] or ds["protocols"]
     params = arrays = None
+    train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
     if rerank:
         from xmr.config import load_array_params, load_rerank_rows
-        from xmr.rerank import default_params
+        from xmr.rerank import default_params, rows_name
 
-        rows = load_rerank_rows(rerank)[1]
+        rows = load_rerank_rows(rows_name(rerank))[1]
         params = default_params(rerank, ds["rerank_defaults"], rows) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
-            | dict(rerank_params or {})
+            | _validation_scale(rerank, train_info, run_dir) | dict(rerank_params or {})
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
@@ -59,11 +62,12 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         by_protocol[p] = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"],
                                        rerank=rerank, rerank_params=arrays, **kw)
     head = by_protocol[protocols[0]]
-    train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
     result = {**head, "protocol": protocols[0], "protocols": by_protocol, "dataset": cfg["dataset"],
               "recipe": cfg["name"], "method": cfg["method"], "backbone": cfg["features"]["backbone"],
               "rerank": rerank or "none", "rerank_params": params or {},
-              "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id")}
+              "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id"),
+              "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
+              **{k: train_info.get(k) for k in TRAINING_KEYS}}
     if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):
         tracker = Tracker(True)
         with tracker.run(train_info["experiment"], cfg["name"], run_id=train_info["mlflow_run_id"]):
@@ -74,13 +78,32 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     return result
 
 
+#: what a results file repeats from the run's train.json: how training ended (xmr/train/stopping.py)
+TRAINING_KEYS = ("epochs_trained", "stopped_by", "train_seconds", "val_similarity")
+
+
+def _validation_scale(rerank: str, train_info: dict, run_dir: Path) -> dict[str, float]:
+    """``val_mean`` / ``val_std`` from train.json for the re-rankers that rescale with validation statistics
+    (xmr/rerank/standardised.py); nothing for the others."""
+    from xmr.rerank import RERANKERS
+
+    if "val_std" not in RERANKERS.get(rerank).defaults:
+        return {}
+    stats = train_info.get("val_similarity")
+    if not stats:
+        raise XmrError(f"{run_dir / 'train.json'}: no val_similarity (the validation similarity statistics that "
+                       f"re-ranker {rerank!r} rescales with); retrain the run with this version")
+    return {"val_mean": float(stats["mean"]), "val_std": float(stats["std"])}
+
+
 def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reranks: list[str],
                       track: bool = True) -> dict[str, Any]:
     """One results dict per re-ranker (``none`` = plain) of the same run: ``{"by_rerank": {name: result}}`` plus
     the run's identity (what the seeded benchmark stores per run)."""
     by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track) for r in reranks}
     first = by[reranks[0]]
-    keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol")
+    keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol",
+            "similarity_spread", *TRAINING_KEYS)
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 

@@ -29,6 +29,7 @@ rule benchmark_table:
         csv="results/{dataset}/{bench}.csv",
         json="results/{dataset}/{bench}.json",
         png="results/{dataset}/{bench}.png",
+        curves="results/{dataset}/{bench}_curves.png",
         claims="results/{dataset}/{bench}_claims.md",
         claims_csv="results/{dataset}/{bench}_claims.csv",
     log:

@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     rows = {}
     if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
         from xmr.config import load_array_params, load_rerank_rows
+        from xmr.rerank import rows_name
 
-        rows = load_rerank_rows(args.rerank)[1]
+        rows = load_rerank_rows(rows_name(args.rerank))[1]
         params = load_array_params(params, f"re-ranker {args.rerank!r}")
     metrics = evaluate_sims(sims, protocol=args.protocol, captions_per_image=args.captions_per_image,
                             rerank=args.rerank, rerank_params=params, ties=args.ties,

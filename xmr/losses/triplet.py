@@ -7,10 +7,12 @@ Reductions (``loss.reduction``), per direction (image->text, text->image), then 
 - ``mean_pairs``: PVSE's ``loss.mean()`` of the hinge tensor: with summed hinges the mean over all B x B
   entries, the zeroed positives included (yalesong/pvse ``PVSELoss.triplet_ranking_loss``); with the hardest
   negative the mean over the B anchors;
-- ``mean_negatives``: DivE's ``loss.mean()`` over the B x (B - 1) (anchor, negative) hinges (kdwonn/DivE
-  ``AsymmetricTripletLoss``: positives are cut out before the mean); with the hardest negative the mean over anchors.
+- ``mean_negatives``: DivE's ``loss.mean()`` over the (anchor, negative) hinges (kdwonn/DivE
+  ``AsymmetricTripletLoss``: positives are cut out before the mean), i.e. divided by the number of negatives,
+  ``(~pos_mask).sum()`` (B x (B - 1) with one positive per anchor, fewer with several); with the hardest negative
+  the mean over anchors.
 
-With the hardest negative the three means coincide; with summed hinges they differ by a factor B or B - 1,
+With the hardest negative the three means coincide; with summed hinges they differ by a factor of about B,
 which is a factor on the effective learning rate.
 """
 
@@ -26,7 +28,8 @@ def triplet_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margi
     """``sims[i, j]`` = s(image i, caption j) for a batch of matching pairs on the diagonal.
 
     ``pos_mask[i, j]`` marks other true pairs (captions of the same image) so they are not used as negatives
-    (the reference code uses only the diagonal; the ``mean_*`` denominators stay the reference's).
+    (the reference code uses only the diagonal; ``mean_pairs`` keeps PVSE's B x B denominator, ``mean_negatives``
+    counts the negatives the mask leaves, as DivE's mean over its (anchor, negative) pairs).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"loss.reduction: {reduction!r} is not one of {', '.join(REDUCTIONS)}")
@@ -43,4 +46,7 @@ def triplet_loss(sims: torch.Tensor, pos_mask: torch.Tensor | None = None, margi
         return total
     if reduction == "mean" or max_violation:
         return total / b
-    return total / (b * b) if reduction == "mean_pairs" else total / (b * max(b - 1, 1))
+    if reduction == "mean_pairs":
+        return total / (b * b)
+    # the same count in both directions: the False entries of the mask, each a negative of its row and its column
+    return total / (~pos_mask).sum().clamp(min=1)

@@ -63,12 +63,42 @@ def plot_training_curves(histories: dict[str, list[dict[str, float]]], out_png: 
             axes[1].plot([e for e, _ in loss], [v / loss[0][1] for _, v in loss], marker=".", label=name)
     axes[0].set_ylabel("validation RSUM")
     axes[1].set_ylabel("training loss / loss of epoch 1")
+    _finish_epoch_axes(axes)
+    fig.suptitle(title or "training curves", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out_png)
+
+
+def _finish_epoch_axes(axes) -> None:
     for ax in axes:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(title or "training curves", fontsize=10)
+
+
+def plot_validation_curves(histories: dict[str, list[list[dict[str, float]]]], out_png: str | os.PathLike,
+                           title: str | None = None) -> None:
+    """Validation RSUM per epoch of several runs per name (seeds): the mean over the runs that reached an epoch,
+    with a ± std band where two or more did; a run that stopped earlier ends its contribution there."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for name, runs in histories.items():
+        by_epoch: dict[float, list[float]] = {}
+        for rows in runs:
+            for r in rows:
+                if "val_rsum" in r:
+                    by_epoch.setdefault(r["epoch"], []).append(r["val_rsum"])
+        if not by_epoch:
+            continue
+        epochs = sorted(by_epoch)
+        mean = np.array([np.mean(by_epoch[e]) for e in epochs])
+        std = np.array([np.std(by_epoch[e], ddof=1) if len(by_epoch[e]) > 1 else 0.0 for e in epochs])
+        line, = ax.plot(epochs, mean, marker=".", markersize=3, label=f"{name} ({len(runs)})")
+        ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.set_ylabel("validation RSUM (mean ± std over seeds)")
+    _finish_epoch_axes([ax])
+    ax.set_title(title or "validation curves", fontsize=10)
     fig.tight_layout()
     _save(fig, out_png)
 

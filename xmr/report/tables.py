@@ -17,7 +17,8 @@ from xmr.layout import RUNS_ROOT, RunKey
 from xmr.io import read_json
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
-COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM"]
+# `xmr show` (the demo's table): also how training ended (epochs, plateau / cap) and the test matrix's spread
+COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM", "epochs", "ended by", "test sim. std"]
 # summary.md (the README table): what was trained, how well, and how long it took
 SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min)"]
 
@@ -74,8 +75,14 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
         for name in names:
             rows.append({"dataset": r["dataset"], "target": target, "recipe": r["recipe"], "method": r.get("method"),
                          "rerank": rerank, "protocol": name, **metric_row(protocols.get(name, r)),
-                         "train (min)": None if secs is None else secs / 60.0, "path": str(p)})
+                         "train (min)": None if secs is None else secs / 60.0, "path": str(p),
+                         "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
+                         "test sim. std": _std_text(r.get("similarity_spread"))})
     return rows
+
+
+def _std_text(spread: dict | None) -> str | None:
+    return None if not spread else f"{spread['std']:.4f}"
 
 
 def fmt(v: Any, digits: int = 1) -> str:

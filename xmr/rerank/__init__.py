@@ -17,6 +17,8 @@ isoftmax inverted softmax                                    :mod:`xmr.rerank.in
 dsl    dual softmax (CAMoE DSL at inference)                 :mod:`xmr.rerank.dual_softmax`
 qbnorm QB-Norm with a query bank (dynamic inverted softmax)  :mod:`xmr.rerank.qbnorm`
 csls   cross-domain similarity local scaling                 :mod:`xmr.rerank.csls`
+fr_val FR, isoftmax, dsl on the matrix rescaled to a          :mod:`xmr.rerank.standardised`
+(...)  reference spread with validation statistics
 ====== ===================================================== ======================================
 
 Defaults: each re-ranker's parameters have code defaults; ``config/rerank/<name>.yaml`` (when present) holds
@@ -26,7 +28,7 @@ per-dataset rows that override them (FR's paper values per dataset live in ``con
 from xmr.registry import import_plugins, import_submodules
 from xmr.rerank.base import (DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, RerankerSpec, Rescoring, arange,
                              default_params, describe_params, full, iter_blocks, prepare_rerank, rerank,
-                             reject_nonpositive_scores, require_log_probabilities, resolve_params)
+                             reject_nonpositive_scores, require_log_probabilities, resolve_params, rows_name)
 
 # Registration: every module of this package registers its re-ranker (adding one is adding a module).
 import_submodules("xmr.rerank")
@@ -34,4 +36,4 @@ import_plugins()  # re-rankers defined outside the package ($XMR_PLUGINS)
 
 __all__ = ["RERANKERS", "Rescoring", "full", "arange", "RerankContext", "RerankerSpec", "rerank", "prepare_rerank",
            "default_params", "resolve_params", "describe_params", "iter_blocks", "reject_nonpositive_scores",
-           "require_log_probabilities", "DEFAULT_BLOCK_BYTES"]
+           "require_log_probabilities", "DEFAULT_BLOCK_BYTES", "rows_name"]

@@ -112,9 +112,15 @@ class RerankerSpec:
     # parameters read from files in the run directory, made by a workflow rule (QB-Norm's query bank):
     # {parameter: file name}; the workflow passes them as `--rerank-param parameter=runs/.../file`
     run_inputs: Mapping[str, str] = field(default_factory=dict)
+    rows_of: str | None = None  # another re-ranker whose config/rerank/<name>.yaml rows apply (a reading of it)
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
+
+
+def rows_name(name: str) -> str:
+    """The name of the ``config/rerank/<name>.yaml`` file whose rows give ``name``'s per-dataset defaults."""
+    return RERANKERS.get(name).rows_of or name
 
 
 # -- parameters ------------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
+from xmr.evaluation.spread import similarity_spread
 from xmr.inference import _to, build_model, encode_split
 from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
 from xmr.methods import METHODS, RetrievalModel
@@ -40,6 +41,7 @@ from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
 from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
                                  positive_mask)
+from xmr.train import stopping
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 
@@ -138,11 +140,13 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False)
     return torch.optim.SGD(groups, lr=optim_cfg["lr"], momentum=optim_cfg["momentum"], weight_decay=wd)
 
 
-def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> dict:
+def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> tuple[dict, dict[str, float]]:
+    """Validation metrics and the spread of the validation similarity matrix (its mean and std are what a
+    re-ranker standardises with; xmr/evaluation/spread.py)."""
     img, cap = encode_split(model, cfg, data, feats, device, cfg["train"]["val_max_images"])
     sims = model.similarity_matrix(img.to(device), cap.to(device)).cpu()
     c = cfg["dataset_cfg"]["captions_per_image"]
-    return evaluate_sims(sims, protocol="plain", captions_per_image=c)
+    return evaluate_sims(sims, protocol="plain", captions_per_image=c), similarity_spread(sims, c)
 
 
 def _batch_sampler(cfg: dict, data, epoch: int, ctx) -> OnePerClassBatchSampler:
@@ -179,12 +183,14 @@ class TrainStep:
         # a finiteness check reads the loss on the host: a device sync per step. The train loop turns it off on
         # CUDA and checks every host_sync_every(device) steps instead (and before any checkpoint).
         self.check_finite = True
+        self.plateau_drops = 0  # the plateau schedule's LR drops so far (xmr/train/stopping.py)
 
     def __call__(self, batch: dict, epoch: int, it: int, steps_per_epoch: int) -> dict[str, torch.Tensor]:
         tcfg, ocfg, model, device = self.cfg["train"], self.cfg["optim"], self.model, self.device
         frac = epoch + it / max(1, steps_per_epoch)
         for g in self.optimizer.param_groups:
-            g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"]), ocfg["schedule"]["min_lr"])
+            g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"],
+                                                             self.plateau_drops), ocfg["schedule"]["min_lr"])
         idx = batch["image_index"].to(device)
         cap = batch["caption_index"].to(device) if "caption_index" in batch else None
         model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
@@ -247,6 +253,8 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
     if tcfg.get("threads"):
         torch.set_num_threads(tcfg["threads"])  # e.g. several runs sharing a machine: OpenMP oversubscription
     check_image_source(cfg, cfg["name"])
+    stopping.check_config(cfg, cfg["name"])
+    max_epochs = stopping.max_epochs(cfg)
     e2e = is_end_to_end(cfg)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
@@ -271,7 +279,8 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
 
-    state = {"epoch": -1, "best_rsum": -math.inf, "best_epoch": -1, "history": [], "run_id": None, "step": 0}
+    state = {"epoch": -1, "best_rsum": -math.inf, "best_epoch": -1, "history": [], "run_id": None, "step": 0,
+             "stopping": stopping.initial_state(), "best_val_similarity": None}
     best_model = None  # CPU copy of the best weights while the current epoch is not the best
     last = out / "last.pt"
     digest = config_digest(cfg)
@@ -291,7 +300,7 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
         if ck.get("best_model") is not None:  # kept on the CPU, as while training
             best_model = _cpu_copy(ck["best_model"])
         optimizer.load_state_dict(ck["optimizer"])
-        state.update({k: ck[k] for k in state})
+        state.update({k: ck.get(k, state[k]) for k in state})
         written_by = ck.get("world_size", ctx.world_size)
         if written_by != ctx.world_size and ctx.is_main:  # allowed, but the global batch is not what it was
             print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
@@ -332,13 +341,16 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
     stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
     sync_every = host_sync_every(device)
     stepper.check_finite = sync_every == 1
+    stepper.plateau_drops = state["stopping"]["lr_drops"]
     # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
     with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags, id_file=out / "mlflow_run_id",
                      resume=resume):
         state["run_id"] = tracker.run_id
         if state["epoch"] < 0:
             tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
-        for epoch in range(state["epoch"] + 1, tcfg["epochs"]):
+        for epoch in range(state["epoch"] + 1, max_epochs):
+            if state["stopping"]["stopped"]:  # a resumed run that had already met its plateau
+                break
             torch.manual_seed(tcfg["seed"] * 100003 + epoch)  # per-epoch reseed: resume == uninterrupted
             collate = PairCollate(model.text.collate, "train")
             if tcfg["sampler"] != "random":
@@ -361,7 +373,7 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
             # on the device: no sync per step (float64 where the device has it: MPS does not)
             loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
             nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{tcfg['epochs']}", unit="batch",
+            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch",
                        disable=not (progress and ctx.is_main), total=steps_per_epoch)
             for it, batch in enumerate(bar):
                 fault_point("step")
@@ -386,7 +398,7 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
                 every = tcfg["log_every_steps"]
                 if not progress and ctx.is_main and every and (it + 1) % every == 0:
                     dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
-                    log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", step=f"{it + 1}/{steps_per_epoch}",
+                    log_line(f"epoch {epoch + 1}/{max_epochs}", step=f"{it + 1}/{steps_per_epoch}",
                              loss=loss_sum.item() / nb, samples_per_s=seen / max(dt, 1e-9),
                              eta=eta(dt, it + 1, steps_per_epoch))
                 if state["step"] % tcfg["log_every"] == 0:
@@ -398,16 +410,18 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
             row: dict[str, Any] = {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
                                    "samples_per_s": seen / max(1e-9, time.time() - t0),
                                    "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
-            if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == tcfg["epochs"]):
+            if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == max_epochs):
                 fault_point("validate")
-                metrics = validate(model, cfg, val_data, val_feats, device)
+                metrics, spread = validate(model, cfg, val_data, val_feats, device)
                 row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
-                                                             for k in ("r1", "r5", "r10")}})
+                                                             for k in ("r1", "r5", "r10")},
+                            "val_sim_mean": spread["mean"], "val_sim_std": spread["std"],
+                            "val_margin": spread["margin"]})
                 tracker.log_metrics(metrics_to_flat(metrics, "val"), step=epoch + 1)
             if ctx.is_main:  # always (with or without a bar): the line a job log shows per epoch, and in MLflow
                 tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
                                      "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
-                log_line(f"epoch {epoch + 1}/{tcfg['epochs']}", loss=row["loss"], val_rsum=row.get("val_rsum"),
+                log_line(f"epoch {epoch + 1}/{max_epochs}", loss=row["loss"], val_rsum=row.get("val_rsum"),
                          samples_per_s=row["samples_per_s"], seconds=row["seconds"])
             state["history"].append(row)
             state["epoch"] = epoch
@@ -415,9 +429,17 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
                 is_best = row.get("val_rsum", -math.inf) > state["best_rsum"]
                 if is_best:
                     state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
+                    state["best_val_similarity"] = {"mean": row["val_sim_mean"], "std": row["val_sim_std"]}
                     best_model = None  # the current weights are the best: last.pt's "model"
                 elif best_model is None and state["best_epoch"] > 0:
                     best_model = _cpu_copy(load_checkpoint(out / "best.pt", "cpu")["model"])
+                if "val_rsum" in row and stopping.uses_rule(cfg):
+                    event = stopping.update(state["stopping"], row["val_rsum"], epoch + 1, cfg)
+                    if event in ("lr_drop", "stop"):
+                        print(f"epoch {epoch + 1}: validation RSUM has not improved for "
+                              f"{tcfg['early_stopping']['patience']} epoch(s): "
+                              + ("learning rate x" + str(ocfg['schedule']['gamma']) if event == "lr_drop"
+                                 else f"plateau reached, stopping (best epoch {state['best_epoch']})"), flush=True)
                 ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                       "vocab_words": vocab_words, "image_dim": image_dim,
                       "config_sha256": digest, "inputs_sha256": inputs_sha, "world_size": ctx.world_size,
@@ -430,10 +452,17 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
                     save_checkpoint(out / "best.pt", {k: ck[k] for k in BEST_KEYS})
                 _write_history(out / "history.csv", state["history"])
             ctx.barrier()
+            if stopping.uses_rule(cfg):  # every process takes the main process's decision
+                state["stopping"] = ctx.from_main(lambda: state["stopping"])
+                stepper.plateau_drops = state["stopping"]["lr_drops"]
+                if state["stopping"]["stopped"]:
+                    break
         summary = {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
                    "best_epoch": state["best_epoch"], "best_val_rsum": state["best_rsum"],
                    "epochs": tcfg["epochs"], "mlflow_run_id": state["run_id"], "experiment": experiment,
                    "train_seconds": sum(r.get("seconds", 0) for r in state["history"]),
+                   **stopping.summary(state["stopping"], len(state["history"]), cfg),
+                   "val_similarity": state["best_val_similarity"],
                    "history": state["history"]}
         if ctx.is_main:
             write_json(out / "train.json", summary)
