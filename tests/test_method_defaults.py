@@ -137,3 +137,55 @@ def test_rerank_rows_restate_no_code_default(path):
     restated = [f"{row}.{k}" for row, values in rows.items() for k, v in (values or {}).items()
                 if v == (defaults if row == "default" else base).get(k)]
     assert restated == [], f"{path.name}: these values repeat a default; delete them"
+
+
+RECIPES = sorted((REPO / "config" / "recipes").glob("*/*.yaml"))
+RECIPE_KEEP = {"extends", "paper", "dataset", "method", "name", "description", "checkpoint"}
+
+
+def restated_in_recipe(path: Path) -> list[str]:
+    """Keys of a recipe whose removal leaves its resolved run config unchanged: they repeat the method file it
+    extends or a schema default (a recipe holds only what its paper setting changes)."""
+    import json
+    import tempfile
+
+    from xmr.run_config import load_run_config
+
+    doc = yaml.safe_load(path.read_text())
+    full = json.dumps(load_run_config(path), sort_keys=True, default=str)
+    out = []
+    for key in leaf_paths(doc):
+        if key[0] in RECIPE_KEEP:
+            continue
+        trimmed = without(doc, key)
+        if "extends" in trimmed:  # the copy lives elsewhere: point at the same base file
+            trimmed["extends"] = str((path.parent / trimmed["extends"]).resolve())
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            copy_path = Path(tmp) / path.name
+            copy_path.write_text(yaml.safe_dump(trimmed, sort_keys=False))
+            try:
+                same = json.dumps(load_run_config(copy_path), sort_keys=True, default=str).replace(
+                    str(copy_path.stem), path.stem) == full
+            except XmrError:
+                same = False
+        if same:
+            out.append(".".join(map(str, key)))
+    return out
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_recipe_restates_nothing(path):
+    assert restated_in_recipe(path) == [], f"{path}: these keys repeat the method file or a schema default"
+
+
+def test_the_recipe_check_catches_a_restated_key(tmp_path):
+    recipe = REPO / "config" / "recipes" / "synth" / "vsepp.yaml"
+    doc = yaml.safe_load(recipe.read_text())
+    doc["loss"] = {"margin": 0.2}              # what config/methods/vsepp.yaml already says
+    doc["train"]["batch_size"] = 128          # the run schema's default
+    probe = recipe.with_name("restated_probe.yaml")
+    try:
+        probe.write_text(yaml.safe_dump(doc, sort_keys=False))
+        assert set(restated_in_recipe(probe)) == {"loss.margin", "train.batch_size"}
+    finally:
+        probe.unlink()
