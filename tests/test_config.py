@@ -130,3 +130,16 @@ def test_one_key_value_parser():
         parse_assignments(["gamma1"], "--rerank-param")
     with pytest.raises(XmrError, match=r"^--set '=3': expected KEY=VALUE$"):
         parse_assignments(["=3"], "--set")
+
+
+def test_one_rerank_parameter_resolver():
+    """CLI/API values over the run config's eval.rerank over the dataset's row of config/rerank/<name>.yaml over the
+    code defaults: FR on CUB (a row of its own) and on COCO (the code's defaults), and a reading of FR (fr_val)
+    takes FR's rows."""
+    from xmr.config import rerank_params
+
+    assert rerank_params("fr", "cub")["gamma1"] == 9.0 and rerank_params("fr", "coco")["gamma1"] == 25.0
+    run = {"fr": {"gamma1": 30.0, "lambda2": 7.0}}
+    got = rerank_params("fr", "cub", run, {"gamma1": 40.0})
+    assert (got["gamma1"], got["lambda2"], got["gamma2"]) == (40.0, 7.0, 8.0)
+    assert rerank_params("fr_val", "cub")["gamma1"] == 9.0

@@ -196,6 +196,18 @@ def load_rerank_rows(name: str) -> tuple[Path | None, dict]:
     return None, {}
 
 
+def rerank_params(name: str, dataset: str | None, run_rerank: dict | None = None,
+                  given: dict | None = None) -> dict:
+    """A re-ranker's parameters by the one precedence every caller uses: ``given`` (command line, API call) over
+    the run config's ``eval.rerank.{name}`` (``run_rerank``) over the dataset's row of
+    ``config/rerank/<name>.yaml`` (a reading's rows are its re-ranker's) over the code's defaults. Values are as
+    given (``.npy`` paths stay paths: :func:`load_array_params` loads them)."""
+    from xmr.rerank import default_params, rows_name
+
+    out = default_params(name, dataset, load_rerank_rows(rows_name(name))[1])
+    return out | dict((run_rerank or {}).get(name, {})) | dict(given or {})
+
+
 def load_array_params(params: dict | None, what: str) -> dict:
     """``params`` with every string value ending in ``.npy`` replaced by the array in that file (re-rankers take
     arrays, e.g. QB-Norm's query bank; the CLI and the workflow pass paths)."""

@@ -293,12 +293,12 @@ class Model:
         else:
             sims = self.similarity(queries, gallery)
         if rerank:
-            from xmr.config import load_array_params, load_rerank_rows
-            from xmr.rerank import default_params, rerank as apply_rerank, rows_name
+            from xmr.config import load_array_params, rerank_params as resolve_rerank_params
+            from xmr.rerank import rerank as apply_rerank
 
             ds = self.cfg["dataset_cfg"].get("rerank_defaults") or self.cfg.get("dataset")
-            params = default_params(rerank, ds, load_rerank_rows(rows_name(rerank))[1]) \
-                | dict(self.cfg["eval"]["rerank"].get(rerank, {})) | load_array_params(rerank_params, rerank)
+            params = load_array_params(resolve_rerank_params(rerank, ds, self.cfg["eval"]["rerank"], rerank_params),
+                                       rerank)
             i2t, t2i = apply_rerank(sims, rerank, params)
             scores = t2i.T if queries_are == "text" else i2t
             scores = scores.float().cpu().numpy() if torch.is_tensor(scores) else np.asarray(scores)

@@ -33,12 +33,10 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     params = arrays = None
     train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
     if rerank:
-        from xmr.config import load_array_params, load_rerank_rows
-        from xmr.rerank import default_params, rows_name
+        from xmr.config import load_array_params, rerank_params as resolve_rerank_params
 
-        rows = load_rerank_rows(rows_name(rerank))[1]
-        params = default_params(rerank, ds["rerank_defaults"], rows) | dict(cfg["eval"]["rerank"].get(rerank, {})) \
-            | _validation_scale(rerank, train_info, run_dir) | dict(rerank_params or {})
+        params = resolve_rerank_params(rerank, ds["rerank_defaults"], cfg["eval"]["rerank"],
+                                       _validation_scale(rerank, train_info, run_dir) | dict(rerank_params or {}))
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":

@@ -160,10 +160,9 @@ def run_fr_grid(run_dir: str | os.PathLike, sims_path: str | os.PathLike, gammas
     ``split`` (default: the test split) only matters for class labels (CUB). ``protocol`` defaults to the
     dataset's headline protocol when the matrix has the shape it needs, else ``plain`` (e.g. a validation split).
     """
-    from xmr.config import load_rerank_rows, load_yaml
+    from xmr.config import load_yaml, rerank_params
     from xmr.evaluation import PROTOCOLS
     from xmr.io import atomic_path, write_json
-    from xmr.rerank import default_params
 
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
@@ -185,7 +184,7 @@ def run_fr_grid(run_dir: str | os.PathLike, sims_path: str | os.PathLike, gammas
 
         labels = load_split(ds, split).image_labels
     # FR's other options (pool, exclude_self) as the run evaluates them
-    defaults = default_params("fr", ds["rerank_defaults"], load_rerank_rows("fr")[1]) | dict(cfg["eval"]["rerank"].get("fr", {}))
+    defaults = rerank_params("fr", ds["rerank_defaults"], cfg["eval"]["rerank"])
     extra = {k: v for k, v in defaults.items() if k not in ("gamma1", "gamma2", "lambda1", "lambda2")}
     grid = fr_grid(sims, gammas, lambdas, protocol, cpi, labels, ds["rerank_defaults"], extra, device)
     grid.update({"run": str(run_dir), "recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
