@@ -12,7 +12,8 @@ experiments, the benchmark, the report and ``xmr doctor`` ask it; nothing else b
   ====================  ==========================================  ================================================
 
   (an imported checkpoint is a recipe whose config names ``checkpoint:``); :meth:`RunKey.parse_run` and
-  :func:`parse_result` read the paths back, :meth:`RunKey.load_config` resolves the run's config;
+  :meth:`RunKey.from_run_dir` read run paths back (results paths: :func:`xmr.workflow_inputs.parse_result`; a run's
+  config: :func:`xmr.workflow_inputs.run_config`);
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
 - features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
 - in a run directory: ``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ``gallery_{split}.npz`` (the
