@@ -33,3 +33,21 @@ def test_small_files_are_not_cached(tmp_path, monkeypatch):
     f.write_bytes(b"x")
     assert io.sha256_file(f) == hashlib.sha256(b"x").hexdigest()
     assert not (tmp_path / "cache").exists()
+
+
+def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
+    """mkstemp's temporary file is 0600; the renamed result must be readable by the group/others the umask
+    allows, as a plain open() would make it (shared run directories on a cluster)."""
+    import os
+
+    from xmr.io import atomic_path
+
+    old = os.umask(0o022)
+    try:
+        with atomic_path(tmp_path / "a.json") as tmp:
+            tmp.write_text("{}")
+        plain = tmp_path / "b.json"
+        plain.write_text("{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644 == plain.stat().st_mode & 0o777

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -71,6 +72,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     try:
         yield tmp_path
         fault_point("write")
+        if tmp_path.exists():  # mkstemp makes 0600; the file gets the mode an ordinary open() would give it
+            os.chmod(tmp_path, _new_file_mode())
         os.replace(tmp_path, path)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -80,6 +83,14 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+@functools.lru_cache(maxsize=1)
+def _new_file_mode() -> int:
+    """0o666 less the process umask (read once: os.umask can only be read by setting it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
