@@ -61,7 +61,8 @@ def _load_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     return deep_merge(merged, doc)
 
 
-def parse_assignments(items: Iterable[str], option: str = "override", raw: bool = False) -> dict[str, Any]:
+def parse_assignments(items: Iterable[str], option: str = "override", raw: bool = False,
+                      form: str = "KEY=VALUE") -> dict[str, Any]:
     """The one ``KEY=VALUE`` parser (``--set``, ``--rerank-param``, experiment overrides): keys in order, values
     parsed as YAML (``0.5`` a number, ``[1, 2]`` a list, ``a.npy`` a string), or kept as strings with ``raw``
     (for a consumer that types them itself). A malformed item is one error naming ``option``."""
@@ -69,7 +70,7 @@ def parse_assignments(items: Iterable[str], option: str = "override", raw: bool 
     for item in items:
         key, sep, value = str(item).partition("=")
         if not sep or not key.strip():
-            raise XmrError(f"{option} {item!r}: expected KEY=VALUE")
+            raise XmrError(f"{option} {item!r}: expected {form}")
         try:
             out[key.strip()] = value.strip() if raw else yaml.safe_load(value)
         except yaml.YAMLError as e:

@@ -37,18 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="M.json", help="metrics JSON")
 
 
-def parse_params(items: list[str]) -> dict[str, str]:
-    from xmr.errors import XmrError
-
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise XmrError(f"--rerank-param {item!r}: expected NAME=VALUE")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def summary(m: dict) -> str:
     if "rsum" in m:
         line = (f"i2t R@1/5/10 {m['i2t']['r1']:.1f}/{m['i2t']['r5']:.1f}/{m['i2t']['r10']:.1f}  "
@@ -61,6 +49,7 @@ def summary(m: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from xmr.commands.similarity import load_array, similarity_of_files
+    from xmr.config import parse_assignments
     from xmr.errors import XmrError
     from xmr.evaluation import evaluate_sims
     from xmr.io import write_json
@@ -71,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                        if args.sims else "give --sims S.npy, or --images I.npy --captions C.npy (with --measure)")
     if embeddings and len(embeddings) == 1:
         raise XmrError(f"{embeddings[0]} given alone: give both --images and --captions")
-    params = parse_params(args.rerank_param)
+    params = parse_assignments(args.rerank_param, "--rerank-param", raw=True, form="NAME=VALUE")  # typed by the spec
     if params and not args.rerank:
         raise XmrError("--rerank-param given without --rerank")
     sims = load_array(args.sims, "similarity matrix") if args.sims else similarity_of_files(args)

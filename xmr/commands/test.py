@@ -31,11 +31,10 @@ def run(args):
         write_results(res, args.out, args.metrics_out)
         print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
         return
+    from xmr.config import parse_assignments
+
     params = {}
-    for item in args.rerank_param:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise XmrError(f"--rerank-param {item!r}: expected NAME=VALUE")
+    for k, v in parse_assignments(args.rerank_param, "--rerank-param", raw=True, form="NAME=VALUE").items():
         try:
             params[k] = float(v)
         except ValueError:  # a path (qbnorm's bank_i2t / bank_t2i); the re-ranker checks it
