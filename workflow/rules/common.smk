@@ -71,7 +71,7 @@ def inputs_of(stage):
         key = run_key(wc)
         files = run_inputs(key, stage, cfg=config_of(key)) if stage in ("train", "score") else \
             run_split_inputs(key, wc.split, cfg=config_of(key))
-        return files if stage == "train" else {"ckpt": f"runs/{wc.dataset}/{wc.run}/best.pt", **files}
+        return files if stage == "train" else {"ckpt": str(key.run_dir() / "best.pt"), **files}
 
     return f
 
