@@ -60,6 +60,21 @@ def test_plateau_schedule_drops_the_lr_then_stops_at_the_next_plateau(tiny_synth
     assert out["val_similarity"] == {"mean": 0.5, "std": 0.1}
 
 
+def test_warmup_epochs_are_not_counted_by_the_rule(tiny_synth, tmp_path, monkeypatch):
+    from xmr.train.trainer import train
+
+    # warmup_epochs 1, patience 2, no LR schedule: the warm-up's RSUM 50 is neither a best nor beaten.
+    #   e1 50 (warm-up, skipped) | e2 20 (best 20) | e3 30 (30) | e4 25: bad 1 | e5 28: bad 2 -> stop after 5.
+    # Counted from epoch 1 instead, e2 and e3 would be bad epochs and the run would stop after 3.
+    # The best checkpoint is still the highest RSUM of any epoch (the reference code's choice): epoch 1.
+    curve = [50, 20, 30, 25, 28, 40, 45]
+    es = {"early_stopping": {"enabled": True, "patience": 2, "warmup_epochs": 1, "max_epochs": 10}}
+    cfg, script = run(tiny_synth, tmp_path, monkeypatch, "vsepp_warm", curve, es, {"name": "none"})
+    out = train(cfg, tmp_path / "run", progress=False)
+    assert script.calls == 5 and out["epochs_trained"] == 5 and out["stopped_by"] == "plateau"
+    assert out["best_epoch"] == 1
+
+
 def test_min_delta_decides_what_counts_as_an_improvement(tiny_synth, tmp_path, monkeypatch):
     from xmr.train.trainer import train
 

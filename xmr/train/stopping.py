@@ -47,8 +47,11 @@ def check_config(cfg: dict, name: str) -> None:
 
 def update(state: dict[str, Any], rsum: float, epoch: int, cfg: dict) -> str:
     """Apply the rule to the validation RSUM of (1-based) ``epoch``; ``state`` changes in place. Returns what
-    happened: ``improved``, ``wait``, ``lr_drop`` (the LR drops from the next epoch on) or ``stop``."""
+    happened: ``warmup`` (one of the first ``early_stopping.warmup_epochs``, not counted), ``improved``,
+    ``wait``, ``lr_drop`` (the LR drops from the next epoch on) or ``stop``."""
     es, sched = cfg["train"]["early_stopping"], cfg["optim"]["schedule"]
+    if epoch <= es["warmup_epochs"]:  # a loss warm-up's RSUM is not the method's: neither a best nor a bad epoch
+        return "warmup"
     if rsum > state["best"] + es["min_delta"]:
         state["best"], state["bad_epochs"] = rsum, 0
         return "improved"
