@@ -36,7 +36,8 @@ test: venv
 
 # The seeded benchmark on synth (docs/benchmark.md), then the README sections generated from it and from the demo
 benchmark: venv
-	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md reports/synth/readme.md reports/synth/readme_demo.md
+	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md reports/synth/readme.md reports/synth/results_page.md \
+		reports/synth/readme_demo.md
 
 # the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
 # concurrency, Snakemake kills); `make test` runs them all, as CI does

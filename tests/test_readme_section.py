@@ -34,3 +34,19 @@ def test_update_section_concatenates_parts_and_writes_out(tmp_path):
     with pytest.raises(XmrError, match="missing.md: not found; build it first"):
         update_section(readme, "results", [tmp_path / "missing.md"])
     assert "table A" in readme.read_text()  # untouched after the failed call
+
+
+def test_a_png_part_is_copied_next_to_the_page_and_linked_relative_to_it(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    page = docs / "results.md"
+    page.write_text(README)
+    (tmp_path / "t.md").write_text("table\n")
+    png = tmp_path / "res" / "curves.png"
+    png.parent.mkdir()
+    png.write_bytes(b"\x89PNG fake bytes")
+    update_section(page, "results", [tmp_path / "t.md", png], figure_dir=docs / "img")
+    copied = docs / "img" / "results_curves.png"
+    assert copied.read_bytes() == b"\x89PNG fake bytes"
+    # the link is relative to the page (docs/results.md -> img/...), not to the working directory
+    assert f"table\n\n![curves ({png})](img/results_curves.png)\n<!-- /xmr:results -->" in page.read_text()

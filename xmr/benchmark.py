@@ -211,8 +211,8 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
     out.write(f"**Training and similarity spread** (per variant over its seeds; test similarities: std and the mean "
               f"margin between each query's best positive and its hardest negative; ⚠ = a run with std < "
               f"{bench.degenerate_std:g}, i.e. collapsed)\n\n")
-    out.write("| variant | epochs trained | best epoch | ended by | s / epoch | test sim. std | margin | collapsed |\n"
-              "|---|---|---|---|---|---|---|---|\n")
+    out.write("| variant | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | margin | "
+              "collapsed |\n|---|---|---|---|---|---|---|---|---|\n")
     for v in bench.variants:
         recs = [r for r in training if r["variant"] == v]
         if not recs:
@@ -229,10 +229,12 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
         per_epoch = [r["train_seconds"] / r["epochs_trained"] for r in recs
                      if r["train_seconds"] and r["epochs_trained"]]
         sec = f"{np.mean(per_epoch):.0f}" if per_epoch else "–"
+        minutes = [r["train_seconds"] / 60 for r in recs if r["train_seconds"]]
+        per_run = f"{np.mean(minutes):.1f}" if minutes else "–"
         std_m, std_s = mean_std(r["sim_std"] for r in recs)
         mar_m, mar_s = mean_std(r["sim_margin"] for r in recs)
         n_col = sum(r["collapsed"] for r in recs)
-        out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | "
+        out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | {per_run} | "
                   f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | "
                   f"{f'⚠ {n_col} of {len(recs)}' if n_col else 'no'} |\n")
     out.write("\n")
@@ -447,10 +449,21 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
     if missing:
         out.write(f"**Incomplete: {len(missing)} of {len(bench.variants) * n} runs have no results yet** "
                   f"({', '.join(missing)}); their claims are marked *not run* and means use the seeds present.\n\n")
-    out.write(f"{times['runs']} trainings ({len(bench.variants)} variants × {n} seeds); "
-              f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
-              f"last evaluation {times['wall_minutes']:.1f} min.\n")
+    out.write(time_line(bench, times))
     return out.getvalue()
+
+
+def time_line(bench: Benchmark, times: dict) -> str:
+    return (f"{times['runs']} trainings ({len(bench.variants)} variants × {len(bench.seeds)} seeds); "
+            f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
+            f"last evaluation {times['wall_minutes']:.1f} min.\n")
+
+
+def training_part(bench: Benchmark, training: list[dict], times: dict, missing: list[str] = ()) -> str:
+    """The short page part: how each variant trained (epochs, ending, time, spread) and what the whole run took."""
+    note = (f"**Incomplete: {len(missing)} runs have no results yet** ({', '.join(missing)}).\n\n"
+            if missing else "")
+    return training_markdown(bench, training) + note + time_line(bench, times)
 
 
 def claims_markdown(claims: list[dict], n_seeds: int) -> str:
@@ -519,7 +532,8 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                     results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                     strict: bool = True) -> dict[str, Path]:
-    """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png`` and ``{name}_claims.md/.csv`` (atomically) and return
+    """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png``, ``{name}_claims.md/.csv`` and ``{name}_training.md``
+    (atomically) and return
     their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
@@ -533,11 +547,12 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     training = gather_training(bench, results_root)
     paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
              (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
-              ("claims_csv", "_claims.csv"), ("curves_png", "_curves.png"))}
+              ("claims_csv", "_claims.csv"), ("curves_png", "_curves.png"), ("training_md", "_training.md"))}
     present = {(r["variant"], r["seed"]) for r in records}
     missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
     for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing, training)),
                       ("claims_md", claims_markdown(claims, len(bench.seeds))),
+                      ("training_md", training_part(bench, training, times, missing)),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:
             tmp.write_text(text)

@@ -32,6 +32,7 @@ rule benchmark_table:
         curves="results/{dataset}/{bench}_curves.png",
         claims="results/{dataset}/{bench}_claims.md",
         claims_csv="results/{dataset}/{bench}_claims.csv",
+        training="results/{dataset}/{bench}_training.md",
     log:
         "logs/bench/{dataset}_{bench}_table.log",
     resources:

@@ -7,7 +7,7 @@
 from pathlib import Path
 
 from xmr.experiments import load_experiment
-from xmr.report.settings import readme_parts, report_methods, report_settings
+from xmr.report.settings import readme_parts, report_methods, report_settings, results_page
 from xmr.workflow_inputs import announce_trainings, planned_runs
 
 
@@ -132,6 +132,25 @@ rule readme:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} readme-section {input} --section results-{wildcards.dataset} --readme README.md --out {output}"
+        " > {log} 2>&1"
+
+
+rule results_page:
+    # the full tables on a generated docs page (config/report.yaml `results_page`), pasted between its markers
+    input:
+        lambda wc: results_page(wc.dataset, report_settings(wc.dataset))[1],
+    output:
+        "reports/{dataset}/results_page.md",
+    params:
+        page=lambda wc: results_page(wc.dataset, report_settings(wc.dataset))[0],
+    log:
+        "logs/report/{dataset}_results_page.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} readme-section {input} --section results-{wildcards.dataset} --readme {params.page} --out {output}"
         " > {log} 2>&1"
 
 

@@ -2,7 +2,8 @@
 README's numbers are never typed by hand.
 
 A section is ``<!-- xmr:NAME -->`` ... ``<!-- /xmr:NAME -->``; :func:`update_section` replaces what lies between
-the markers (the markers stay) and writes the file atomically.
+the markers (the markers stay) and writes the file atomically. A part that is a PNG is copied into the figure folder
+(committed with the page, since results/ is not) and shown as an image.
 """
 
 from __future__ import annotations
@@ -31,19 +32,35 @@ def replace_section(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
 
 
+def figure_name(section: str, png: str | os.PathLike) -> str:
+    """File name of a section's copied figure: the section, then the source's name (``results-synth_benchmark.png``)."""
+    return f"{section}_{Path(png).name}"
+
+
 def update_section(readme: str | os.PathLike, name: str, parts: list[str | os.PathLike],
-                   out: str | os.PathLike | None = None) -> str:
+                   out: str | os.PathLike | None = None, figure_dir: str | os.PathLike = "docs/img") -> str:
     """Concatenate the Markdown files ``parts`` (blank line between them), put them into section ``name`` of
-    ``readme``; also write the section's text to ``out`` when given (the Snakemake rule's output)."""
+    ``readme``; also write the section's text to ``out`` when given (the Snakemake rule's output). A ``.png`` part
+    is copied to ``figure_dir`` as :func:`figure_name` and linked relative to ``readme``."""
+    import shutil
+
     readme = Path(readme)
     if not readme.exists():
         raise XmrError(f"{readme}: not found")
-    texts = []
-    for p in parts:
-        p = Path(p)
+    for p in map(Path, parts):
         if not p.exists():
             raise XmrError(f"{p}: not found; build it first (e.g. snakemake -c2 {p})")
-        texts.append(p.read_text().strip())
+    texts = []
+    for p in map(Path, parts):
+        if p.suffix.lower() == ".png":
+            dest = Path(figure_dir) / figure_name(name, p)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(dest, ".png") as tmp:
+                shutil.copyfile(p, tmp)
+            link = os.path.relpath(dest.resolve(), readme.resolve().parent)
+            texts.append(f"![{p.stem} ({p})]({Path(link).as_posix()})")
+        else:
+            texts.append(p.read_text().strip())
     body = "\n\n".join(texts)
     import fcntl
 

@@ -33,4 +33,10 @@ def readme_parts(dataset: str, settings: dict) -> list[str]:
     return [p.format(dataset=dataset) for p in settings["readme"]]
 
 
-__all__ = ["report_settings", "report_methods", "readme_parts"]
+def results_page(dataset: str, settings: dict) -> tuple[str, list[str]]:
+    """The generated docs page of ``dataset`` and the files pasted into it (section ``results-{dataset}``)."""
+    page = settings["results_page"]
+    return page["path"].format(dataset=dataset), [p.format(dataset=dataset) for p in page.get("parts", [])]
+
+
+__all__ = ["report_settings", "report_methods", "readme_parts", "results_page"]
