@@ -4,6 +4,7 @@ into tables and claims, and the file's validation."""
 import json
 import math
 
+import numpy as np
 import pytest
 import yaml
 
@@ -176,17 +177,22 @@ def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
             doc = json.loads(path.read_text())
             doc.update(similarity_spread={"std": std, "margin": 0.1 if v == "a" else 0.001},
                        epochs_trained=10 + seed, best_epoch=4 + seed, stopped_by="plateau" if seed else "cap",
-                       train_seconds=100.0 * (10 + seed))
+                       train_seconds=100.0 * (10 + seed), captions_per_image=2)
             path.write_text(json.dumps(doc))
             run = bench.run_dir(v, seed, bench_dir / "runs")
             run.mkdir(parents=True)
+            if v == "a":  # a scored test matrix of 40 images x 80 captions ranking every positive first
+                np.save(run / "test_sims.npy", np.repeat(np.eye(40), 2, axis=1))
             run.joinpath("history.csv").write_text("epoch,loss,val_rsum\n1,5,100\n2,4,120\n3,3,125\n")
     paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     md = paths["md"].read_text()
     # a: 10-12 epochs, best 4-6, 100 s per epoch, (1000 + 1100 + 1200) / 3 s = 18.3 min per run,
-    # std 0.1200 ± 0.0000, not collapsed; b: all three below 0.01
-    row_a = "| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | no |"
-    row_b = "| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | ⚠ 3 of 3 |"
+    # std 0.1200 ± 0.0000, in-batch top-1 1 at B 32 (every positive first), none at B 128 (only 40 images),
+    # not collapsed; b: all three below 0.01, no scored matrix
+    row_a = ("| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | "
+             "1.00 ± 0.00 | – | no |")
+    row_b = ("| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | – | – | "
+             "⚠ 3 of 3 |")
     assert row_a in md and row_b in md
     # the short part (README): the same table and the time line, none of the recall tables
     short = paths["training_md"].read_text()

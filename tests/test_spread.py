@@ -31,3 +31,20 @@ def test_a_collapsed_matrix_has_no_spread_and_no_margin():
     out = similarity_spread(np.full((3, 6), 0.987), captions_per_image=2)
     assert out["std"] == pytest.approx(0.0, abs=1e-12) and out["margin"] == pytest.approx(0.0, abs=1e-12)
     assert out["mean"] == pytest.approx(0.987, abs=1e-12)
+
+
+def test_in_batch_top1_counts_pairs_first_in_their_row_and_column():
+    from xmr.evaluation.spread import in_batch_top1
+
+    # 4 images x 2 captions each; positives score 1, negatives 0, except that image 1 scores image 0's captions 2:
+    # in the 4 x 4 block, image 0's caption has a larger score in row 1 (column miss) and image 1's row maximum is
+    # image 0's caption (row miss); images 2 and 3 are first in row and column -> 2 of 4 = 0.5, whichever caption
+    # of each image is drawn.
+    s = np.zeros((4, 8))
+    for i in range(4):
+        s[i, 2 * i:2 * i + 2] = 1.0
+    s[1, 0:2] = 2.0
+    assert in_batch_top1(s, 2, batch=4, batches=5) == 0.5
+    assert in_batch_top1(np.full((4, 8), 0.9), 2, batch=4) == 0.0  # collapsed: every entry ties
+    with pytest.raises(ValueError, match="batch 5 is larger than the 4 images"):
+        in_batch_top1(s, 2, batch=5)

@@ -182,9 +182,15 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
     return records
 
 
-def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT) -> list[dict]:
+IN_BATCH = (32, 128)  # batch sizes of the in-batch top-1 column: the synth recipes' two batch sizes
+
+
+def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT,
+                    runs_root: str | os.PathLike = RUNS_ROOT) -> list[dict]:
     """One record per (variant, seed) present: how its training ended and the spread of its test matrix (what
-    each per-seed results file repeats from the run; NaN / None for results written before they were recorded)."""
+    each per-seed results file repeats from the run; NaN / None for results written before they were recorded),
+    and the in-batch top-1 of its scored test matrix (``runs/.../test_sims.npy``) at each batch of ``IN_BATCH``."""
+    from xmr.evaluation.spread import in_batch_top1
     from xmr.io import read_json
 
     out = []
@@ -195,12 +201,17 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
                 continue
             doc = read_json(p)
             spread = doc.get("similarity_spread") or {}
+            sims_file = bench.run_dir(variant, seed, runs_root) / "test_sims.npy"
+            sims = np.load(sims_file) if sims_file.exists() else None
+            top1 = {f"in_batch_top1_b{b}": (in_batch_top1(np.asarray(sims), int(doc["captions_per_image"]), b)
+                                            if sims is not None and sims.shape[0] >= b else float("nan"))
+                    for b in IN_BATCH}
             out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
                         "best_epoch": doc.get("best_epoch"), "stopped_by": doc.get("stopped_by"),
                         "train_seconds": doc.get("train_seconds"),
                         "sim_std": float(spread.get("std", float("nan"))),
                         "sim_margin": float(spread.get("margin", float("nan"))),
-                        "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std})
+                        "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std, **top1})
     return out
 
 
@@ -211,8 +222,9 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
     out.write(f"**Training and similarity spread** (per variant over its seeds; test similarities: std and the mean "
               f"margin between each query's best positive and its hardest negative; ⚠ = a run with std < "
               f"{bench.degenerate_std:g}, i.e. collapsed)\n\n")
-    out.write("| variant | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | margin | "
-              "collapsed |\n|---|---|---|---|---|---|---|---|---|\n")
+    top1_heads = " | ".join(f"top-1 B {b}" for b in IN_BATCH)
+    out.write(f"| variant | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | margin | "
+              f"{top1_heads} | collapsed |\n|---|---|---|---|---|---|---|---|" + "---|" * len(IN_BATCH) + "---|\n")
     for v in bench.variants:
         recs = [r for r in training if r["variant"] == v]
         if not recs:
@@ -234,8 +246,10 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
         std_m, std_s = mean_std(r["sim_std"] for r in recs)
         mar_m, mar_s = mean_std(r["sim_margin"] for r in recs)
         n_col = sum(r["collapsed"] for r in recs)
+        top1 = " | ".join(_pm(*mean_std(r.get(f"in_batch_top1_b{b}", float("nan")) for r in recs), 2)
+                          for b in IN_BATCH)
         out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | {per_run} | "
-                  f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | "
+                  f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | {top1} | "
                   f"{f'⚠ {n_col} of {len(recs)}' if n_col else 'no'} |\n")
     out.write("\n")
     return out.getvalue()
@@ -544,7 +558,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     claims = judge_claims(bench, records)
     times = timing(bench, runs_root, results_root)
     stats = dataset_stats(bench)
-    training = gather_training(bench, results_root)
+    training = gather_training(bench, results_root, runs_root)
     paths = {k: out / f"{bench.name}{suffix}" for k, suffix in
              (("md", ".md"), ("csv", ".csv"), ("json", ".json"), ("png", ".png"), ("claims_md", "_claims.md"),
               ("claims_csv", "_claims.csv"), ("curves_png", "_curves.png"), ("training_md", "_training.md"))}

@@ -29,3 +29,26 @@ def similarity_spread(sims: np.ndarray | torch.Tensor, captions_per_image: int) 
     return {"mean": s.mean().item(), "std": s.std(unbiased=False).item(), "min": s.min().item(),
             "max": s.max().item(), "margin_i2t": margin_i2t, "margin_t2i": margin_t2i,
             "margin": (margin_i2t + margin_t2i) / 2}
+
+
+def in_batch_top1(sims: np.ndarray | torch.Tensor, captions_per_image: int, batch: int, batches: int = 20,
+                  seed: int = 0) -> float:
+    """How often a model ranks the positive first inside a training-sized batch, measured on a scored matrix: draw
+    ``batch`` distinct images and one caption of each (``batches`` times, seeded), and count the pairs whose score
+    is strictly the largest of its row and of its column in that B × B block (ties count as misses, so a collapsed
+    matrix gives 0). Below ~0.5 the hardest-negative loss is lowered by contracting the matrix
+    (docs/benchmark.md "Convergence")."""
+    s = torch.as_tensor(np.asarray(sims) if not torch.is_tensor(sims) else sims)
+    n_img = s.shape[0]
+    if batch > n_img:
+        raise ValueError(f"in_batch_top1: batch {batch} is larger than the {n_img} images of the matrix")
+    gen = torch.Generator().manual_seed(seed)
+    hits = 0.0
+    for _ in range(batches):
+        imgs = torch.randperm(n_img, generator=gen)[:batch]
+        caps = imgs * captions_per_image + torch.randint(captions_per_image, (batch,), generator=gen)
+        block = s[imgs][:, caps]
+        diag = block.diagonal()
+        off = block.masked_fill(torch.eye(batch, dtype=torch.bool), -torch.inf)
+        hits += ((diag > off.max(1).values) & (diag > off.max(0).values)).float().mean().item()
+    return hits / batches
