@@ -143,3 +143,8 @@ def test_one_rerank_parameter_resolver():
     got = rerank_params("fr", "cub", run, {"gamma1": 40.0})
     assert (got["gamma1"], got["lambda2"], got["gamma2"]) == (40.0, 7.0, 8.0)
     assert rerank_params("fr_val", "cub")["gamma1"] == 9.0
+    # a reading takes its base's section of the run config (PCME's log-probabilities), then its own
+    pcme = {"dsl": {"scores": "log_prob"}}
+    assert rerank_params("dsl_val", "synth", pcme)["scores"] == "log_prob"
+    assert rerank_params("dsl_val", "synth", {**pcme, "dsl_val": {"scores": "similarity"}})["scores"] == "similarity"
+    assert rerank_params("fr_val", "cub", run)["gamma1"] == 30.0 and "scores" not in rerank_params("fr_val", "cub", pcme)

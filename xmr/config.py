@@ -201,12 +201,17 @@ def rerank_params(name: str, dataset: str | None, run_rerank: dict | None = None
                   given: dict | None = None) -> dict:
     """A re-ranker's parameters by the one precedence every caller uses: ``given`` (command line, API call) over
     the run config's ``eval.rerank.{name}`` (``run_rerank``) over the dataset's row of
-    ``config/rerank/<name>.yaml`` (a reading's rows are its re-ranker's) over the code's defaults. Values are as
-    given (``.npy`` paths stay paths: :func:`load_array_params` loads them)."""
+    ``config/rerank/<name>.yaml`` over the code's defaults. A reading of a re-ranker (``dsl_val`` of ``dsl``) takes
+    its base's rows and its base's section of the run config first (PCME's ``dsl: {scores: log_prob}`` holds for
+    ``dsl_val`` too), then its own. Values are as given (``.npy`` paths stay paths: :func:`load_array_params` loads
+    them)."""
     from xmr.rerank import default_params, rows_name
 
-    out = default_params(name, dataset, load_rerank_rows(rows_name(name))[1])
-    return out | dict((run_rerank or {}).get(name, {})) | dict(given or {})
+    base = rows_name(name)
+    run_rerank = run_rerank or {}
+    out = default_params(name, dataset, load_rerank_rows(base)[1])
+    inherited = dict(run_rerank.get(base, {})) if base != name else {}
+    return out | inherited | dict(run_rerank.get(name, {})) | dict(given or {})
 
 
 def load_array_params(params: dict | None, what: str) -> dict:
