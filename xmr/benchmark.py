@@ -203,7 +203,9 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
             spread = doc.get("similarity_spread") or {}
             sims_file = bench.run_dir(variant, seed, runs_root) / "test_sims.npy"
             sims = np.load(sims_file) if sims_file.exists() else None
-            top1 = {f"in_batch_top1_b{b}": (in_batch_top1(np.asarray(sims), int(doc["captions_per_image"]), b)
+            # a per-seed file holds one evaluation per re-ranker (by_rerank); the split's facts are in each
+            per_caption = (doc.get("by_rerank") or {}).get(PLAIN, doc).get("captions_per_image")
+            top1 = {f"in_batch_top1_b{b}": (in_batch_top1(np.asarray(sims), int(per_caption), b)
                                             if sims is not None and sims.shape[0] >= b else float("nan"))
                     for b in IN_BATCH}
             out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
