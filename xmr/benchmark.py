@@ -206,7 +206,8 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
             # a per-seed file holds one evaluation per re-ranker (by_rerank); the split's facts are in each
             per_caption = (doc.get("by_rerank") or {}).get(PLAIN, doc).get("captions_per_image")
             top1 = {f"in_batch_top1_b{b}": (in_batch_top1(np.asarray(sims), int(per_caption), b)
-                                            if sims is not None and sims.shape[0] >= b else float("nan"))
+                                            if sims is not None and per_caption and sims.shape[0] >= b
+                                            else float("nan"))
                     for b in IN_BATCH}
             out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
                         "best_epoch": doc.get("best_epoch"), "stopped_by": doc.get("stopped_by"),
@@ -549,8 +550,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                     results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                     strict: bool = True) -> dict[str, Path]:
     """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png``, ``{name}_claims.md/.csv`` and ``{name}_training.md``
-    (atomically) and return
-    their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
+    (atomically) and return their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
     out = Path(out_dir or results_dir(bench.dataset, results_root))
