@@ -4,8 +4,8 @@ embeddings equal what the reference code computed on the same inputs, within 1e-
 
 Doc blocks this file runs (the "run" proof of tests/test_docs.py's classification):
 - docs/checkpoints.md, the first block (`xmr import-checkpoint --format vse_infty ... --dataset coco --out ...`);
-- docs/checkpoints.md "VSE++, precomputed features": `xmr import-checkpoint --format vsepp ...` (its
-  `xmr import-features` line is run by tests/test_checkpoint_vsepp.py::test_documented_import_features_line);
+- docs/checkpoints.md "VSE++, precomputed features": `xmr import-checkpoint --format vsepp ...` (not its
+  `xmr import-features` line, which needs the COCO annotations);
 - docs/checkpoints.md "PVSE (`--format pvse`)": `xmr import-checkpoint --format pvse ...`;
 - docs/checkpoints.md "PCME (`--format pcme`)": `xmr import-checkpoint --format pcme ...`;
 - README.md's one-line synopsis of `xmr import-checkpoint` (test_readme_synopsis_runs_as_printed).
