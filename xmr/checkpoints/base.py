@@ -196,7 +196,8 @@ def _refused_global(message: str) -> str:
     if found:
         return found.group(1)
     found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message) or \
-        re.search(r"unrecognized function ([\w.<> ]+)", message)
+        re.search(r"unrecognized function ([\w.<> ]+)", message) or \
+        re.search(r"allowlisted via `add_safe_globals`, but got <class '([\w.]+)'>", message)
     return found.group(1).strip() if found else ""
 
 

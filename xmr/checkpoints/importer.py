@@ -41,14 +41,17 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
     from xmr.layout import method_config_path
 
     sections = dict(imported.config)
+    user_backbone = any(o.startswith("features.backbone=") for o in overrides)
+    if user_backbone:  # the user's --set stands over what the format infers (and is size-checked below)
+        sections["features"] = {k: v for k, v in sections.get("features", {}).items() if k != "backbone"}
+        backbone = ""
     if recipe is None:
         if not dataset:
             raise XmrError("import-checkpoint: give --dataset (e.g. coco) or --recipe")
         sections = {"dataset": dataset, "name": name, **sections}
         if backbone:
             sections["features"] = {"backbone": backbone, **sections.get("features", {})}
-        elif not sections.get("features", {}).get("backbone") \
-                and not any(o.startswith("features.backbone=") for o in overrides):
+        elif not sections.get("features", {}).get("backbone") and not user_backbone:
             raise XmrError(f"import-checkpoint: the {imported.method} checkpoint does not say which image features "
                            f"it reads; give --recipe, or --set features.backbone=KEY (config/backbones.yaml)")
         path = method_config_path(imported.method, config_dir)

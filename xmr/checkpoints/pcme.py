@@ -85,6 +85,9 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         raise XmrError(f"{src}: not a PCME checkpoint (expected {{'model', 'criterion', 'config', ...}} or a state "
                        f"dict)")
     state = float32_state(strip_prefix(state, "module."), src)
+    if "img_enc.pie_net.fc.weight" in state and not any(k.startswith("img_enc.uncertain_net.") for k in state):
+        raise XmrError(f"{src}: a PVSE checkpoint (PIE heads, no uncertainty heads), not PCME; import it with "
+                       f"--format pvse --vocab vocab/coco_vocab.pkl")
     if "img_enc.uncertain_net.fc2.weight" not in state or "txt_enc.embed.weight" not in state:
         raise XmrError(f"{src}: no img_enc.uncertain_net.*/txt_enc.embed.* keys; is this a PCME checkpoint "
                        f"(--format pcme)? found e.g. {', '.join(sorted(state)[:3])}")
