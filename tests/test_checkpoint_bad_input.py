@@ -171,7 +171,8 @@ def test_backbone_whose_feature_size_does_not_fit_the_image_layer(tmp_path, caps
                                                                   backbone, sizes):
     """Refused at import (not later in `xmr score` with a matrix-shape RuntimeError), naming both sizes."""
     fix = FIX.parent / folder
-    err = _import(tmp_path, fix / src, capsys, vocab=fix / vocab, fmt=fmt, extra=("--set", f"features.backbone={backbone}"))
+    err = _import(tmp_path, fix / src, capsys, vocab=fix / vocab, fmt=fmt,
+                  extra=("--set", f"features.backbone={backbone}"))
     assert f"features.backbone={backbone}: its features are {sizes[0]}-d but the checkpoint's image layer takes " \
            f"{sizes[1]}-d inputs" in err
 
