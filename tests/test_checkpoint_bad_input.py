@@ -27,11 +27,12 @@ def _official() -> dict:
         return torch.load(FIX / "model_best.pth", weights_only=True)
 
 
-def _import(tmp_path: Path, src: Path, capsys, vocab: Path = FIX / "coco_precomp_vocab.json",
-            fmt: str = "vse_infty") -> str:
+def _import(tmp_path: Path, src: Path, capsys, vocab: Path | None = FIX / "coco_precomp_vocab.json",
+            fmt: str = "vse_infty", extra: tuple[str, ...] = ()) -> str:
     out = tmp_path / "runs" / "coco" / "imported"
-    rc = main(["import-checkpoint", "--format", fmt, "--src", str(src), "--vocab", str(vocab), "--dataset", "coco",
-               "--out", str(out)])
+    rc = main(["import-checkpoint", "--format", fmt, "--src", str(src),
+               *(["--vocab", str(vocab)] if vocab is not None else []), "--dataset", "coco", "--out", str(out),
+               *extra])
     err = capsys.readouterr().err.strip()
     assert rc == 2
     assert len(err.splitlines()) == 1, err
@@ -124,3 +125,92 @@ def test_an_existing_run_directory_keeps_its_files_on_error(tmp_path, capsys):
     rc = main(["import-checkpoint", "--format", "vse_infty", "--src", str(src), "--vocab",
                str(FIX / "coco_precomp_vocab.json"), "--dataset", "coco", "--out", str(out)])
     assert rc == 2 and sorted(os.listdir(out)) == ["test_sims.npy"]
+
+
+def test_pvse_checkpoint_given_as_pcme(tmp_path, capsys):
+    src = REPO / "tests" / "fixtures" / "checkpoints" / "pvse" / "tiny_k2.pth"
+    err = _import(tmp_path, src, capsys, vocab=None, fmt="pcme")
+    assert f"{src}: a PVSE checkpoint" in err and "--format pvse" in err
+
+
+@pytest.mark.parametrize("payload", ["random_state", "object_array"])
+def test_numpy1_pickle_with_a_class_outside_the_allow_list(tmp_path, capsys, payload):
+    """A numpy-1 era file whose metadata holds something the allow-list does not rebuild: refused by name, nothing
+    of it runs."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(FIX.parent))
+    import py2pickle
+
+    ck = _official()
+    # a trainer's RNG state (numpy.random pickles through its own constructor), or an array of Python objects
+    ck["metadata"] = {"scores": np.float64(1.5), "extra": np.random.RandomState(0) if payload == "random_state"
+                      else np.array([1, "a"], dtype=object)}
+    src = tmp_path / "model_best.pth"
+    torch.save(ck, src, pickle_module=py2pickle.numpy1)
+    err = _import(tmp_path, src, capsys)
+    want = "refuses to load numpy.random._pickle.__randomstate_ctor" if payload == "random_state" else \
+        "refuses to load numpy.dtypes.ObjectDType"
+    assert f"{src}: {want}" in err, err
+
+
+def test_pickled_vocabulary_where_json_is_expected(tmp_path, capsys):
+    vocab = REPO / "tests" / "fixtures" / "checkpoints" / "vsepp" / "coco_precomp_vocab.pkl"
+    err = _import(tmp_path, FIX / "model_best.pth", capsys, vocab=vocab)
+    assert f"{vocab}: a pickled vocabulary, but --format vse_infty reads SCAN's vocabulary json" in err
+    assert "coco_precomp_vocab.json" in err
+
+
+@pytest.mark.parametrize("fmt,folder,src,vocab,backbone,sizes", [
+    ("vse_infty", "vse_infty", "model_best.pth", "coco_precomp_vocab.json", "efficientnet_lite0", (1280, 2048)),
+    ("vsepp", "vsepp", "model_best.pth.tar", "coco_precomp_vocab.pkl", "resnet152_224", (2048, 4096)),
+])
+def test_backbone_whose_feature_size_does_not_fit_the_image_layer(tmp_path, capsys, fmt, folder, src, vocab,
+                                                                  backbone, sizes):
+    """Refused at import (not later in `xmr score` with a matrix-shape RuntimeError), naming both sizes."""
+    fix = FIX.parent / folder
+    err = _import(tmp_path, fix / src, capsys, vocab=fix / vocab, fmt=fmt,
+                  extra=("--set", f"features.backbone={backbone}"))
+    assert f"features.backbone={backbone}: its features are {sizes[0]}-d but the checkpoint's image layer takes " \
+           f"{sizes[1]}-d inputs" in err
+
+
+# -- the one loader of old pickles: containers as the 2018-2021 stacks wrote them ----------------------------------
+@pytest.mark.parametrize("container,numpy_names", [("zip", "numpy1"), ("zip", "numpy2"), ("pre-zip", "numpy1"),
+                                                    ("pre-zip", "numpy2"), ("python2", "numpy1")])
+def test_old_pickles_load_as_plain_values(tmp_path, container, numpy_names):
+    """Zip and pre-zip torch files, Python 2 byte strings, storages tagged cuda:0, float16 tensors, and numpy
+    scalars/dtypes/arrays under numpy 1's (numpy.core) or numpy 2's (numpy._core) names: read onto the CPU, numpy
+    values as plain Python numbers and ndarrays."""
+    import sys
+
+    import numpy as np
+
+    from xmr.checkpoints.base import load_official
+
+    sys.path.insert(0, str(FIX.parent))
+    import py2pickle
+
+    weights = torch.arange(6, dtype=torch.float16).reshape(2, 3) / 7
+    ck = {"model": {"fc.weight": weights}, "opt": argparse.Namespace(lr=np.float64(2e-4), name="caf\xe9"),
+          "metadata": {"scores": {"medr": np.float64(2.0), "count": np.int64(5), "r1": np.float32(0.5)},
+                       "curve": np.array([1.0, 2.5])}}
+    src = tmp_path / "ck.pth"
+    kwargs = {"zip": {}, "pre-zip": {"_use_new_zipfile_serialization": False},
+              "python2": {"_use_new_zipfile_serialization": False, "pickle_protocol": 2}}[container]
+    module = py2pickle if container == "python2" else (py2pickle.numpy1 if numpy_names == "numpy1" else None)
+    with py2pickle.cuda_tagged():
+        torch.save(ck, src, **kwargs, **({"pickle_module": module} if module else {}))
+    raw = src.read_bytes()
+    assert (raw[:2] == b"PK") == (container == "zip")
+    if container != "zip":
+        assert b"cuda:0" in raw and (b"numpy.core.multiarray" in raw) == (numpy_names == "numpy1")
+    got = load_official(src, [argparse.Namespace])
+    assert got["model"]["fc.weight"].dtype == torch.float16 and torch.equal(got["model"]["fc.weight"], weights)
+    assert got["model"]["fc.weight"].device.type == "cpu"
+    assert got["opt"].lr == 2e-4 and type(got["opt"].lr) is float and got["opt"].name == "caf\xe9"
+    assert got["metadata"]["scores"] == {"medr": 2.0, "count": 5, "r1": 0.5}
+    assert all(type(v) in (float, int) for v in got["metadata"]["scores"].values())
+    assert type(got["metadata"]["curve"]) is np.ndarray and got["metadata"]["curve"].tolist() == [1.0, 2.5]

@@ -92,8 +92,16 @@ def test_nltk_tokens_differ_from_karpathy_tokens_where_the_issue_says():
 
 
 def _reference_state(path: Path) -> dict:
-    """The reference's parameters after its step, in xmr's names (the same map as the import)."""
-    sd = torch.load(path, weights_only=True)
+    """The reference's parameters after its step (or in the checkpoint), in xmr's names (the same map as the
+    import)."""
+    if path.name == "model_best.pth":
+        import argparse
+
+        from xmr.checkpoints.base import load_official
+
+        sd = dict(zip(("img_enc", "txt_enc"), load_official(path, [argparse.Namespace])["model"]))
+    else:
+        sd = torch.load(path, weights_only=True)
     state = rename_keys(sd["img_enc"], REGION_RULES, path, unused=("mlp.bns.1.",))
     state.update(rename_keys(sd["txt_enc"], BIGRU_RULES, path))
     words = read_scan_vocab(FIX / "coco_precomp_vocab.json", path, sd["txt_enc"]["embed.weight"].shape[0])
@@ -131,16 +139,31 @@ def test_one_training_step_equals_the_reference(run_dir, mode):
     assert float(terms["max_violation"]) == (mode == "hardest")
     assert float(terms["loss"].detach()) == pytest.approx(INPUTS["train_step"][mode]["loss"], abs=TOL)
     expected = _reference_state(FIX / f"step_{mode}.pt")
+    before = _reference_state(FIX / "model_best.pth")
     got = model.state_dict()
     assert set(expected) == set(got)
+    lr = 0.0005
+    trained = {n for n, p in model.named_parameters() if p.requires_grad and n != BIAS_BEFORE_BN}
     for k, v in expected.items():
         if k == BIAS_BEFORE_BN:
             # its gradient is zero in exact arithmetic (a bias followed by train-mode BatchNorm, which removes the
             # mean), so the first Adam step, lr * g / (|g| + eps), turns float32 rounding noise into a step of up
             # to lr in either code: the two agree only to lr. Every other tensor must agree to 1e-5.
-            np.testing.assert_allclose(got[k].numpy(), v.numpy(), atol=0.0005, rtol=0, err_msg=k)
+            np.testing.assert_allclose(got[k].numpy(), v.numpy(), atol=lr, rtol=0, err_msg=k)
             continue
-        np.testing.assert_allclose(got[k].float().numpy(), v.float().numpy(), atol=TOL, rtol=0, err_msg=k)
+        # AdamW's first step moves an element by lr * g / (|g| + eps) (+ weight decay): a full step of lr, up to
+        # decay, wherever |g| >> eps = 1e-8. Where the reference's step is well short of lr, |g| is within a few eps
+        # of 0 and float32 rounding of g (sums over 2048-d inputs) decides the step in either code: those elements
+        # (at most 0.1% of a tensor off by more than 1e-5; one of the 2048-d image layer's 32768 in the fixture)
+        # agree only to lr; every other element to 1e-5.
+        step = (v.float() - before[k].float()).abs()
+        rounding_decides = (step < 0.9 * lr) if k in trained else torch.zeros_like(step, dtype=torch.bool)
+        got_k, want_k = got[k].float().numpy(), v.float().numpy()
+        off = np.abs(got_k - want_k) > TOL
+        assert int(off.sum()) <= max(1, v.numel() // 1000), k
+        np.testing.assert_allclose(got_k[~rounding_decides.numpy()], want_k[~rounding_decides.numpy()], atol=TOL,
+                                   rtol=0, err_msg=k)
+        np.testing.assert_allclose(got_k, want_k, atol=lr, rtol=0, err_msg=k)
 
 
 def test_same_image_masking_changes_the_loss_where_the_reference_does_not(run_dir):

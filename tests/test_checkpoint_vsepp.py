@@ -29,7 +29,7 @@ TOL = 1e-5
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "coco" / "vsepp_official_precomp"
     import_checkpoint(out, "vsepp", FIX / "model_best.pth.tar", FIX / "coco_precomp_vocab.pkl", dataset="coco",
-                      overrides=("features.backbone=resnet152_224",), config_dir=REPO / "config")
+                      config_dir=REPO / "config")
     return out
 
 
@@ -77,11 +77,28 @@ def test_vocabulary_pickle_runs_no_code(tmp_path):
     bad.write_bytes(pickle.dumps(print, protocol=2))
     with pytest.raises(XmrError, match=r"refuses to load __builtin__.print"):
         import_checkpoint(tmp_path / "run", "vsepp", FIX / "model_best.pth.tar", bad, dataset="coco",
-                          overrides=("features.backbone=resnet152_224",), config_dir=REPO / "config")
+                          config_dir=REPO / "config")
     assert not (tmp_path / "run").exists()
 
 
-def test_features_must_be_named_without_a_recipe(tmp_path):
+def test_the_file_names_its_precomputed_features(run_dir):
+    """opt.data_name coco_precomp, cnn_type vgg19 and a 4096-d image layer: VSE++'s released VGG19 vectors."""
+    _, cfg = load_trained(run_dir)
+    assert cfg["features"]["backbone"] == "vsepp_vgg19_precomp" and cfg["features"]["source"] == "precomputed"
+    assert cfg["backbone_cfg"]["feature_dim"] == 4096 and "import-features" in cfg["backbone_cfg"]["import_command"]
+
+
+def test_features_must_be_named_where_the_file_does_not_say(tmp_path):
+    """A file whose opt names no *_precomp data: the error names the flag that settles it."""
+    import argparse
+
+    from xmr.checkpoints.base import load_official
+
+    ck = load_official(FIX / "model_best.pth.tar", [argparse.Namespace])
+    del ck["opt"].data_name
+    src = tmp_path / "model_best.pth.tar"
+    torch.save(ck, src)
     with pytest.raises(XmrError, match="features.backbone=KEY"):
-        import_checkpoint(tmp_path / "run", "vsepp", FIX / "model_best.pth.tar", FIX / "coco_precomp_vocab.pkl",
+        import_checkpoint(tmp_path / "run", "vsepp", src, FIX / "coco_precomp_vocab.pkl",
                           dataset="coco", config_dir=REPO / "config")
+    assert not (tmp_path / "run").exists()

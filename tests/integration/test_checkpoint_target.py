@@ -39,8 +39,10 @@ def test_dry_run_of_the_official_vse_infinity_target_plans_no_training(tmp_path)
 
 
 def test_fixture_checkpoint_target_runs_end_to_end(tmp_path):
-    """The same chain at fixture size on synth: the reference-made VSE∞ fixture (24-d regions) as the recipe's
-    checkpoint, SCAN-style test features imported by xmr import-features, then snakemake builds the FR result."""
+    """The same chain at fixture size on synth: the reference-made VSE∞ fixture (2048-d regions) as the recipe's
+    checkpoint, SCAN-style test features imported by xmr import-features, then snakemake builds the FR result.
+    The fixture's image layer takes 2048-d regions, so the features are filed under a 2048-d backbone key (the
+    import checks the size)."""
     root = copy_repo(tmp_path / "repo")
     make_tiny(root, ("vsepp",))  # tiny synth (the summary lists vsepp; nothing here builds it)
     env = tool_env(root)
@@ -54,14 +56,14 @@ def test_fixture_checkpoint_target_runs_end_to_end(tmp_path):
     precomp = tmp_path / "precomp"
     precomp.mkdir()
     rng = np.random.default_rng(0)
-    np.save(precomp / "test_ims.npy", rng.normal(0.5, 2.0, (len(test), 6, 24)).astype(np.float32))
+    np.save(precomp / "test_ims.npy", rng.normal(0.5, 2.0, (len(test), 6, 2048)).astype(np.float32))
     (precomp / "test_caps.txt").write_text("".join(s["raw"] + "\n" for im in test for s in im["sentences"]))
-    feats = "features_fixture/synth/efficientnet_lite0/test.h5"
+    feats = "features_fixture/synth/resnet152_224/test.h5"
     run([str(BIN / "python"), "-m", "xmr", "import-features", "--format", "scan", "--src", str(precomp),
          "--src-split", "test", "--dataset", "synth", "--split", "test", "--out", feats, "--no-verify-captions",
          "--no-progress"], root, env, timeout=300)
     recipe = {"extends": "../../methods/vse_inf.yaml", "dataset": "synth",
-              "features": {"backbone": "efficientnet_lite0", "dir": "features_fixture"},
+              "features": {"backbone": "resnet152_224", "dir": "features_fixture"},
               "model": {"embed_dim": 32}, "tracking": {"enabled": False},
               "checkpoint": {"format": "vse_infty", "src": "data/checkpoints/fixture/model_best.pth",
                              "vocab": "data/checkpoints/fixture/coco_precomp_vocab.json"}}

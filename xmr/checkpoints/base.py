@@ -68,26 +68,137 @@ class _Inert:
             self.__dict__["_state"] = state
 
 
+def _numpy_modules() -> tuple[Any, Any]:
+    import numpy as np
+
+    return np, (np._core if hasattr(np, "_core") else np.core).multiarray
+
+
+def _checked_dtype(dtype: Any, what: str) -> Any:
+    import numpy as np
+
+    if not isinstance(dtype, np.dtype) or dtype.hasobject:
+        raise pickle.UnpicklingError(f"refused {what} of dtype {dtype!r} (object arrays and scalars run code)")
+    return dtype
+
+
+def _numpy_scalar(dtype: Any, data: Any = None) -> Any:
+    """``numpy.core.multiarray.scalar(dtype, bytes)`` for plain dtypes only; Python 2 byte strings arrive as latin-1
+    text, which numpy turns back into bytes."""
+    _, multiarray = _numpy_modules()
+    return multiarray.scalar(_checked_dtype(dtype, "a numpy scalar"), data)
+
+
+def _numpy_reconstruct(cls: Any, shape: Any, dtype_code: Any) -> Any:
+    """``numpy.core.multiarray._reconstruct(ndarray, (0,), b'b')``: an empty plain array; its ``BUILD`` state
+    (dtype, shape, raw bytes) then fills it through :class:`_PlainArray`."""
+    np, _ = _numpy_modules()
+    if cls is not np.ndarray:
+        raise pickle.UnpicklingError(f"refused numpy array class {cls!r}")
+    return _PlainArray(0)
+
+
+def _plain_array_class() -> type:
+    np, _ = _numpy_modules()
+
+    class PlainArray(np.ndarray):
+        """An ndarray whose pickled state must hold a plain (non-object) dtype; becomes an ndarray after loading."""
+
+        def __setstate__(self, state: Any) -> None:
+            if not isinstance(state, tuple) or len(state) < 4:
+                raise pickle.UnpicklingError("refused a numpy array state that is not (version, shape, dtype, ...)")
+            _checked_dtype(state[-3], "a numpy array")
+            super().__setstate__(state)
+
+    return PlainArray
+
+
+_PlainArray = _plain_array_class()
+
+
+def old_pickle_globals() -> list[tuple[Any, str]]:
+    """The one allow-list of the numpy objects that checkpoints of the 2018-2021 stacks pickle beside their tensors
+    (e.g. PCME's ``metadata['scores']``): scalars, dtypes and plain arrays, under numpy 1's (``numpy.core``) and
+    numpy 2's (``numpy._core``) names. Scalars and arrays of object dtype are refused (they would unpickle other
+    objects); everything is turned into plain values by :func:`plain_values` after loading."""
+    import numpy as np
+
+    entries: list[tuple[Any, str]] = [(np.dtype, "numpy.dtype"), (np.ndarray, "numpy.ndarray"),
+                                      (_PlainArray, f"{__name__}._PlainArray")]
+    for core in ("numpy.core", "numpy._core"):
+        entries += [(_numpy_scalar, f"{core}.multiarray.scalar"),
+                    (_numpy_reconstruct, f"{core}.multiarray._reconstruct")]
+    # BUILD (dtype.__setstate__) checks the instance's class: every concrete dtype class (numpy.dtypes.*)
+    dtype_classes = {type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUMmV"}
+    entries += [(cls, f"{cls.__module__}.{cls.__qualname__}") for cls in dtype_classes]
+    return entries
+
+
+def plain_values(obj: Any) -> Any:
+    """A loaded checkpoint with numpy scalars as Python numbers and numpy arrays as plain ``ndarray`` (containers and
+    ``argparse.Namespace`` walked; tensors untouched)."""
+    import argparse
+
+    np, _ = _numpy_modules()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return np.array(obj)  # a plain ndarray (not the loader's subclass)
+    if isinstance(obj, dict):
+        for k, v in list(obj.items()):
+            obj[k] = plain_values(v)
+        return obj
+    if isinstance(obj, list):
+        obj[:] = [plain_values(v) for v in obj]
+        return obj
+    if isinstance(obj, tuple):
+        return type(obj)(plain_values(v) for v in obj) if type(obj) is tuple else obj
+    if isinstance(obj, argparse.Namespace):
+        for k, v in vars(obj).items():
+            setattr(obj, k, plain_values(v))
+    return obj
+
+
 def load_official(path: str | Path, allowed_globals: Iterable[Any] = ()) -> Any:
-    """``torch.load`` of an official checkpoint with ``weights_only=True``: only tensors, plain containers and the
-    ``allowed_globals`` (e.g. ``argparse.Namespace``) are rebuilt. Python-2 pickles (pre-zip torch format) are
-    read with ``encoding="latin1"``. Any failure is one :class:`XmrError` naming the file."""
+    """``torch.load`` of an official checkpoint with ``weights_only=True``: only tensors, plain containers, the numpy
+    scalars/dtypes/arrays of :func:`old_pickle_globals` and the format's ``allowed_globals`` (e.g.
+    ``argparse.Namespace``) are rebuilt; no other pickle code runs. Pre-zip (torch < 1.6) and zip containers,
+    storages tagged ``cuda:N`` (read onto the CPU) and Python 2 pickles (``encoding="latin1"``) are read. Numpy
+    values come back as plain values (:func:`plain_values`). Any failure is one :class:`XmrError` naming the file."""
     path = Path(path)
     if not path.is_file():
         raise XmrError(f"{path}: checkpoint not found; download it from the authors' release (docs/checkpoints.md)")
     last: Exception | None = None
+    allowed = [*allowed_globals, *old_pickle_globals()]
     for kwargs in ({}, {"encoding": "latin1"}):
         try:
-            with torch.serialization.safe_globals(list(allowed_globals)), warnings.catch_warnings():
+            with torch.serialization.safe_globals(allowed), warnings.catch_warnings():
                 # torch warns that `encoding` is ignored under weights_only, yet its weights-only unpickler decodes
                 # Python 2 byte strings with it (tests/test_checkpoint_vsepp.py reads latin-1 bytes this way)
                 warnings.filterwarnings("ignore", message="pickle_load_args only works")
-                return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+                return plain_values(torch.load(path, map_location="cpu", weights_only=True, **kwargs))
         except Exception as e:  # noqa: BLE001 - retried with latin1, then reported in one line
             last = e
     msg = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
+    refused = _refused_global(str(last))
+    if refused:
+        raise XmrError(f"{path}: refuses to load {refused} (not a tensor, a plain value or an allow-listed class of "
+                       f"a released checkpoint); check the file is the official release for this --format")
     raise XmrError(f"{path}: not a readable checkpoint ({type(last).__name__}: {msg[:200]}); check the file is "
                    f"complete and is the official release for this --format")
+
+
+def _refused_global(message: str) -> str:
+    """The global torch's weights-only unpickler refused, from its message (``Unsupported global: GLOBAL a.b``)."""
+    import re
+
+    found = re.search(r"refused (a numpy \w+ of dtype [^ ]+)", message)
+    if found:
+        return found.group(1)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message) or \
+        re.search(r"unrecognized function ([\w.<> ]+)", message) or \
+        re.search(r"allowlisted via `add_safe_globals`, but got <class '([\w.]+)'>", message)
+    return found.group(1).strip() if found else ""
 
 
 def load_plain_pickle(path: str | Path, allowed_classes: Mapping[tuple[str, str], type] | Iterable[tuple[str, str]]
@@ -103,6 +214,7 @@ def load_plain_pickle(path: str | Path, allowed_classes: Mapping[tuple[str, str]
                      else __builtins__.get(n) for n in ("dict", "list", "set", "tuple", "object")}
     safe_builtins.update({("__builtin__", n[1]): v for n, v in safe_builtins.items()})
     safe_builtins.update({("copy_reg", "_reconstructor"): _reconstruct, ("copyreg", "_reconstructor"): _reconstruct})
+    safe_builtins.update({tuple(name.rsplit(".", 1)): obj for obj, name in old_pickle_globals()})
 
     class _Restricted(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
@@ -116,7 +228,7 @@ def load_plain_pickle(path: str | Path, allowed_classes: Mapping[tuple[str, str]
     data = path.read_bytes()
     for encoding in ("ASCII", "latin1"):
         try:
-            return _Restricted(io.BytesIO(data), encoding=encoding).load()
+            return plain_values(_Restricted(io.BytesIO(data), encoding=encoding).load())
         except XmrError:
             raise
         except UnicodeDecodeError:

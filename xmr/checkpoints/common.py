@@ -14,6 +14,9 @@ from xmr.text.vocab import SPECIALS
 # the reference vocabulary pickles (PVSE/VSE++ ``vocab.py``): the class as pickled by ``python vocab.py`` or imported
 REFERENCE_VOCAB_CLASSES = [("vocab", "Vocabulary"), ("__main__", "Vocabulary"), ("data", "Vocabulary")]
 
+# the reference's caption tokens (PVSE data.py, PCME datasets/_transforms.py: nltk word_tokenize(caption.lower()),
+# <start> ... <end>, never truncated)
+REFERENCE_TOKENS = {"tokenizer": "nltk", "max_len": 512}
 # torchvision ResNet: blocks in layer3 -> architecture, and the xmr backbone key it runs as (config/backbones.yaml:
 # ResNet-152 preprocessed exactly as torchvision's Resize(256) + CenterCrop(224), the reference's test transform)
 RESNET_BY_LAYER3 = {36: ("resnet152", "resnet152_224_torchvision")}

@@ -41,13 +41,17 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
     from xmr.layout import method_config_path
 
     sections = dict(imported.config)
+    user_backbone = any(o.startswith("features.backbone=") for o in overrides)
+    if user_backbone:  # the user's --set stands over what the format infers (and is size-checked below)
+        sections["features"] = {k: v for k, v in sections.get("features", {}).items() if k != "backbone"}
+        backbone = ""
     if recipe is None:
         if not dataset:
             raise XmrError("import-checkpoint: give --dataset (e.g. coco) or --recipe")
         sections = {"dataset": dataset, "name": name, **sections}
         if backbone:
             sections["features"] = {"backbone": backbone, **sections.get("features", {})}
-        elif not any(o.startswith("features.backbone=") for o in overrides):
+        elif not sections.get("features", {}).get("backbone") and not user_backbone:
             raise XmrError(f"import-checkpoint: the {imported.method} checkpoint does not say which image features "
                            f"it reads; give --recipe, or --set features.backbone=KEY (config/backbones.yaml)")
         path = method_config_path(imported.method, config_dir)
@@ -56,7 +60,34 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
     cfg = load_run_config(path, overrides, sections=sections)
     if cfg["method"] != imported.method:
         raise XmrError(f"{path}: method {cfg['method']} but the checkpoint is a {imported.method} model")
+    check_feature_size(cfg, imported.image_dim, path)
     return cfg
+
+
+def backbone_feature_dim(backbone_cfg: dict) -> int | None:
+    """The feature size of a config/backbones.yaml entry without building it: its ``feature_dim`` (precomputed-only
+    entries), else the fixed size of its backbone class; ``None`` where only building it would tell."""
+    from xmr.features.backbones import BACKBONES
+    from xmr.registry import import_submodules
+
+    if backbone_cfg.get("feature_dim"):
+        return int(backbone_cfg["feature_dim"])
+    import_submodules("xmr.features.backbones")
+    if backbone_cfg.get("name") not in BACKBONES:
+        return None
+    return int(getattr(BACKBONES.get(backbone_cfg["name"]), "feature_dim", 0) or 0) or None
+
+
+def check_feature_size(cfg: dict, image_dim: int | None, where: str | os.PathLike) -> None:
+    """The image features the run reads (``features.backbone``) must have the checkpoint's image-layer input size;
+    else scoring would fail later with a shape error."""
+    dim = backbone_feature_dim(cfg.get("backbone_cfg") or {})
+    if image_dim is None or dim is None or dim == int(image_dim):
+        return
+    key = cfg["features"]["backbone"]
+    raise XmrError(f"features.backbone={key}: its features are {dim}-d but the checkpoint's image layer takes "
+                   f"{image_dim}-d inputs ({where}); choose a config/backbones.yaml entry with {image_dim}-d features "
+                   f"(--set features.backbone=KEY, or the recipe's features.backbone)")
 
 
 def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str | os.PathLike | None = None,

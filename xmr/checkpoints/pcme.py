@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, check_state_keys, load_official,
-                                  strip_prefix)
-from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, take_image_cnn,
-                                    to_xmr_vocab, words_by_index)
+                                  plain_data, strip_prefix)
+from xmr.checkpoints.common import (REFERENCE_TOKENS, check_options, float32_state, option, reference_vocab_words,
+                                    take_image_cnn, to_xmr_vocab, words_by_index)
 from xmr.errors import XmrError
 from xmr.methods.pcme import LOG_SCORE_RERANKERS, SCORE_MEASURES
 
@@ -58,14 +58,6 @@ EXPECTED_HEAD = {
 }
 
 
-def numpy_scalar_globals() -> list:
-    """What a pickled numpy scalar needs (PCME's ``metadata`` may hold scores as numpy floats)."""
-    import numpy as np
-
-    core = np._core if hasattr(np, "_core") else np.core
-    return [np.dtype, core.multiarray.scalar, *(type(np.dtype(t)) for t in ("float64", "float32", "int64"))]
-
-
 def _map_key(key: str) -> str | None:
     for ref, new in KEY_MAP:
         if key.startswith(ref):
@@ -86,13 +78,16 @@ def _criterion(obj: dict, src: Path) -> tuple[float, float]:
 
 def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     check_options(options, OPTIONS, "pcme")
-    obj = load_official(src, numpy_scalar_globals())
+    obj = load_official(src)  # numpy-1 scalars of metadata: the shared allow-list
     container = isinstance(obj, dict) and isinstance(obj.get("model"), dict)
     state = obj["model"] if container else obj
     if not isinstance(state, dict) or not state:
         raise XmrError(f"{src}: not a PCME checkpoint (expected {{'model', 'criterion', 'config', ...}} or a state "
                        f"dict)")
     state = float32_state(strip_prefix(state, "module."), src)
+    if "img_enc.pie_net.fc.weight" in state and not any(k.startswith("img_enc.uncertain_net.") for k in state):
+        raise XmrError(f"{src}: a PVSE checkpoint (PIE heads, no uncertainty heads), not PCME; import it with "
+                       f"--format pvse --vocab vocab/coco_vocab.pkl")
     if "img_enc.uncertain_net.fc2.weight" not in state or "txt_enc.embed.weight" not in state:
         raise XmrError(f"{src}: no img_enc.uncertain_net.*/txt_enc.embed.* keys; is this a PCME checkpoint "
                        f"(--format pcme)? found e.g. {', '.join(sorted(state)[:3])}")
@@ -145,7 +140,7 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
                     "attention_hidden": None, "text_pool": "last", "text_attention_input": "words",
                     "text_sigma_branch": "gru"}
     cfg["text"] = {"encoder": "bigru", "bigru_directions": "concat", "word_dim": int(word_dim), "num_layers": 1,
-                   "word_vectors": None}
+                   "word_vectors": None, **REFERENCE_TOKENS}
     cfg["eval"] = {"similarity": SCORE_MEASURES[score]}
     if score != "log_match_prob":  # the re-rankers that read log-probabilities then read similarities
         cfg["eval"]["rerank"] = {name: {"scores": "similarity"} for name in LOG_SCORE_RERANKERS}
@@ -154,8 +149,7 @@ def read_pcme(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
                       "n_samples_inference"), "cnn_type": model_cfg.get("cnn_type"), "container": container}
     meta = obj.get("metadata") if container else None
     if isinstance(meta, dict):
-        provenance["metadata"] = {str(k): (v.item() if hasattr(v, "item") else v) for k, v in meta.items()
-                                  if isinstance(v, (int, float, str, bool)) or hasattr(v, "item")}
+        provenance["metadata"] = plain_data(meta)  # numpy-1 scalars already plain numbers (load_official)
     return ImportedModel("pcme", cfg, out, int(image_dim), words, provenance)
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, strip_prefix
-from xmr.checkpoints.common import (check_options, float32_state, option, reference_vocab_words, take_image_cnn,
-                                    to_xmr_vocab)
+from xmr.checkpoints.common import (REFERENCE_TOKENS, check_options, float32_state, option, reference_vocab_words,
+                                    take_image_cnn, to_xmr_vocab)
 from xmr.errors import XmrError
 
 OPTIONS = ("num_embeds", "img_attention", "txt_attention", "legacy", "image_input")
@@ -106,7 +106,7 @@ def read_pvse(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
                   "text_attention_input": "words", "image_pool": "mean", "attention_hidden": None,
                   "activation": "sigmoid", "dropout": 0.0},
         "text": {"encoder": "bigru", "bigru_directions": "concat", "word_dim": int(word_dim), "num_layers": 1,
-                 "word_vectors": None},
+                 "word_vectors": None, **REFERENCE_TOKENS},
     }
     trunk, cfg["features"], image_input, n_cnn = take_image_cnn(state, options, src)
     out.update(trunk)

@@ -56,6 +56,9 @@ def read_scan_vocab(path: Path, src: Path, rows: int, append_mask: bool = True) 
     """Words of a SCAN vocabulary json in index order (+ ``<mask>``), checked against the embedding's rows."""
     from xmr.io import read_json
 
+    if path.is_file() and path.read_bytes()[:1] == b"\x80":  # pickle protocol >= 2 (VSE++/PVSE's vocab/*.pkl)
+        raise XmrError(f"{path}: a pickled vocabulary, but --format vse_infty reads SCAN's vocabulary json; pass "
+                       f"coco_precomp_vocab.json (COCO) or f30k_precomp_vocab.json (Flickr30K)")
     doc = read_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("word2idx"), dict):
         raise XmrError(f"{path}: not a SCAN vocabulary json (no 'word2idx'); pass the {{coco,f30k}}_precomp_vocab.json "

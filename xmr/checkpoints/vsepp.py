@@ -43,6 +43,21 @@ def read_pickled_vocab(path: Path, src: Path, rows: int) -> list[str]:
     return words
 
 
+#: (opt.cnn_type, opt.img_dim) of a ``*_precomp`` run -> the config/backbones.yaml entry of those vectors
+PRECOMP_BACKBONES = {("vgg19", 4096): "vsepp_vgg19_precomp", ("resnet152", 2048): "vsepp_resnet152_precomp"}
+
+
+def precomputed_backbone(opt: dict, image_dim: int, src: Path) -> str | None:
+    """The precomputed features a ``*_precomp`` model reads, from its ``opt`` (``data_name``, ``cnn_type``,
+    ``img_dim``) and the image layer's input size; ``None`` where they do not say (the import then asks for
+    ``--set features.backbone=KEY``)."""
+    data_name, cnn = str(opt.get("data_name", "")), str(opt.get("cnn_type", "vgg19"))
+    if int(opt.get("img_dim", image_dim)) != image_dim:
+        raise XmrError(f"{src}: opt.img_dim = {opt.get('img_dim')} but img_enc.fc takes {image_dim}-d features; "
+                       f"the file is inconsistent")
+    return PRECOMP_BACKBONES.get((cnn, image_dim)) if data_name.endswith("precomp") else None
+
+
 def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     if options:
         raise XmrError(f"{src}: format vsepp takes no options (got {', '.join(options)}); the architecture is read "
@@ -72,6 +87,9 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
                  "word_vectors": None, "num_layers": layers, "tokenizer": "nltk", "max_len": 512},
         "loss": {"margin": float(opt.get("margin", 0.2)), "max_violation": bool(opt.get("max_violation", True))},
     }
+    backbone = precomputed_backbone(opt, image_dim, src)
+    if backbone:
+        config["features"] = {"source": "precomputed", "backbone": backbone}
     provenance = {**extra, "architecture": "precomputed features (fc) + one-directional GRU read at the last token",
                   "opt": plain_data(opt)}
     return ImportedModel("vsepp", config, state, image_dim, words, provenance)
