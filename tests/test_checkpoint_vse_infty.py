@@ -47,7 +47,7 @@ def _images():
 
 
 def test_run_directory_is_an_ordinary_run(run_dir):
-    from xmr.train.trainer import BEST_KEYS
+    from xmr.checkpoint_files import BEST_KEYS
 
     ck = torch.load(run_dir / "best.pt", weights_only=True)
     assert set(ck) == set(BEST_KEYS)

@@ -81,7 +81,8 @@ def test_fused_adamw_takes_the_same_steps_as_the_default_one():
         def param_groups(self, lr, scale):
             return [{"params": list(self.parameters()), "lr": lr}]
 
-    ocfg = {"name": "adamw", "lr": 0.01, "weight_decay": 0.1, "text_backbone_lr_scale": 1.0, "momentum": 0.9}
+    ocfg = {"name": "adamw", "lr": 0.01, "weight_decay": 0.1, "text_backbone_lr_scale": 1.0, "momentum": 0.9,
+            "amsgrad": False}
     models = []
     for fused in (False, True):
         torch.manual_seed(0)

@@ -99,7 +99,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     from xmr.checkpoints.base import plain_data
     from xmr.inference import build_model
     from xmr.io import sha256_file, write_json
-    from xmr.io import load_checkpoint, save_checkpoint
+    from xmr.checkpoint_files import BEST, write_best
+    from xmr.io import load_checkpoint
 
     out = Path(out)
     spec = checkpoint_spec(recipe) if recipe is not None else {}
@@ -133,9 +134,7 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     model.load_state_dict(imported.state_dict, strict=True)
     state = {k: v.detach().to(expected[k].dtype).contiguous() for k, v in model.state_dict().items()}
     rsum = imported.provenance.get("best_rsum")
-    best = {"model": state, "vocab_words": imported.vocab_words, "image_dim": imported.image_dim,
-            "epoch": int(imported.provenance.get("epoch") or 0),
-            "best_rsum": float(rsum) if isinstance(rsum, (int, float)) else float("nan")}
+    rsum = float(rsum) if isinstance(rsum, (int, float)) else float("nan")
     provenance = {
         "source": str(src.resolve()), "source_sha256": sha256_file(src), "format": fmt, "options": options,
         "vocab": None if vocab is None else str(Path(vocab).resolve()),
@@ -147,8 +146,9 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.import-", dir=out.parent))
     try:
-        save_checkpoint(tmp / "best.pt", best)
-        load_checkpoint(tmp / "best.pt")  # weights_only round trip, as every reader loads it
+        write_best(tmp / BEST, state, imported.vocab_words, imported.image_dim,
+                   int(imported.provenance.get("epoch") or 0), rsum)
+        load_checkpoint(tmp / BEST)  # weights_only round trip, as every reader loads it
         (tmp / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         if imported.vocab_words is not None:
             from xmr.text.vocab import Vocabulary

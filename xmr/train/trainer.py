@@ -1,5 +1,10 @@
 """The one trainer: every method, CPU or GPU, single process or DDP (torchrun / srun), resumable.
 
+Its parts, in the order :func:`train` runs them: :func:`set_up` (data, model, optimizer, :class:`TrainStep`),
+:func:`resume_state` (a :class:`TrainState` from last.pt, or a fresh one), :func:`start_epochs`, then per epoch
+:func:`run_epoch` (the steps) and :func:`end_epoch` (validation, best epoch, stopping rule, checkpoints). The files
+``last.pt``/``best.pt`` and their keys belong to :mod:`xmr.checkpoint_files`.
+
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
 ``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt`` (when
@@ -17,6 +22,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +30,27 @@ import torch
 import yaml
 from torch.utils.data import DataLoader
 
+from xmr import checkpoint_files
 from xmr.errors import XmrError
 from xmr.evaluation import evaluate_sims
 from xmr.evaluation.spread import similarity_spread
 from xmr.inference import _to, build_model, encode_split
-from xmr.io import atomic_path, check_writable_dir, fault_point, remove_stale_temps, sha256_file, write_json
+from xmr.io import (atomic_path, check_writable_dir, fault_point, load_checkpoint, remove_stale_temps, save_checkpoint,
+                    write_json)
+from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
 from xmr.methods import METHODS, RetrievalModel
+from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
+from xmr.run_inputs import RunInputs
 from xmr.rundir import process_run_lock
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
-from xmr.io import load_checkpoint, save_checkpoint
-from xmr.layout import feature_path
-from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
-from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
+from xmr.train import stopping
 from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
                                  positive_mask)
-from xmr.train import stopping
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
-
-#: what best.pt holds (a subset of last.pt's keys)
-BEST_KEYS = ("model", "vocab_words", "image_dim", "epoch", "best_rsum")
 
 
 def _cpu_copy(state: dict) -> dict:
@@ -54,14 +58,6 @@ def _cpu_copy(state: dict) -> dict:
     import copy
 
     return {k: v.detach().to("cpu", copy=True) if torch.is_tensor(v) else copy.deepcopy(v) for k, v in state.items()}
-
-
-def _resume_checkpoint(last: Path, device) -> dict:
-    """last.pt for resuming; an unreadable one (cut short by a kill or a full disk) is a one-line error."""
-    try:
-        return load_checkpoint(last, device)
-    except XmrError as e:
-        raise XmrError(f"{e}; cannot resume from it: rerun with --no-resume to start over, or delete it") from None
 
 
 class TrainForward(torch.nn.Module):
@@ -89,20 +85,12 @@ def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
 
 
 def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dict[str, str]]:
-    """Hash of what the run reads besides its config: the training feature store (end to end: the backbone
-    weights) and the dataset's annotation files, so that a run never resumes onto inputs that changed since
-    last.pt was written (Snakemake reruns a training when its features change, and last.pt is not one of the
-    outputs it deletes). Also returns the parts, for the run's tags."""
-    parts = {}
-    if e2e:
-        parts["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256
-    else:
-        parts["features_sha256"] = sha256_file(feature_path(cfg, "train"))
-    ann = cfg["dataset_cfg"].get("annotations") or []
-    for i, path in enumerate([ann] if isinstance(ann, str) else ann):
-        if Path(path).is_file():
-            parts[f"annotations_{i}_sha256"] = sha256_file(path)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
+    """Hash of what the run reads besides its config (:class:`xmr.run_inputs.RunInputs` of the training split:
+    features or, end to end, the backbone weights; precomputed text features; annotations), so that a run never
+    resumes onto inputs that changed since last.pt was written (Snakemake reruns a training when its inputs change,
+    and last.pt is not one of the outputs it deletes). Also returns the parts, for the run's tags."""
+    weights = model.image_backbone.net.weights_sha256 if e2e else None
+    return RunInputs.of(cfg, "train").digest(weights)
 
 
 def config_digest(cfg: dict) -> str:
@@ -129,7 +117,7 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False)
         g["base_lr"] = g["lr"]
     name, wd = optim_cfg["name"], optim_cfg["weight_decay"]
     kw = {"fused": True} if fused else {}
-    if optim_cfg.get("amsgrad", False):
+    if optim_cfg["amsgrad"]:
         if name not in ("adam", "adamw"):
             raise XmrError(f"optim.amsgrad: true needs optim.name adam or adamw, not {name}")
         kw["amsgrad"] = True
@@ -230,36 +218,104 @@ def _check_finite(nonfinite: torch.Tensor, epoch: int, first: int, it: int, last
                        f"{last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable optim.grad_clip")
 
 
-def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
-    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``, its one
-    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.rundir`)."""
-    with process_run_lock(out_dir, dist.process_rank()):
-        return _train(cfg, out_dir, resume, progress)
+# -- the trainer's parts: its state, set-up, resume, one epoch, the end of an epoch ----------------------------------
+
+@dataclass
+class TrainState:
+    """Everything a run remembers between epochs, saved in ``last.pt`` (as flat keys, :meth:`saved`) and restored
+    from it as one object (:meth:`from_checkpoint`).
+
+    The random state is not stored: every epoch reseeds from ``train.seed`` and its number (:meth:`reseed`), so a
+    resumed run draws what an uninterrupted one draws."""
+
+    epoch: int = -1  # the last finished epoch, 0-based (-1: none yet)
+    best_rsum: float = -math.inf
+    best_epoch: int = -1  # 1-based (-1: none yet)
+    history: list[dict] = field(default_factory=list)  # history.csv's rows
+    run_id: str | None = None  # the MLflow run a resumed training continues
+    step: int = 0
+    stopping: dict = field(default_factory=stopping.initial_state)  # xmr/train/stopping.py
+    best_val_similarity: dict | None = None  # mean and std of the best epoch's validation matrix
+    best_model: dict | None = None  # CPU copy of the best weights while the current epoch is not the best
+
+    def saved(self) -> dict[str, Any]:
+        """The state's keys of last.pt (``best_model`` is written beside them only when set)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "best_model"}
+
+    @classmethod
+    def from_checkpoint(cls, ck: dict[str, Any]) -> TrainState:
+        """The state a last.pt was written with (keys an older last.pt lacks keep their initial values)."""
+        state = cls()
+        for f in fields(cls):
+            if f.name != "best_model":
+                setattr(state, f.name, ck.get(f.name, getattr(state, f.name)))
+        if ck.get("best_model") is not None:  # kept on the CPU, as while training
+            state.best_model = _cpu_copy(ck["best_model"])
+        return state
+
+    @staticmethod
+    def reseed(seed: int, epoch: int) -> None:
+        """The random state of ``epoch``: a function of the seed and the epoch only (resume == uninterrupted)."""
+        torch.manual_seed(seed * 100003 + epoch)
 
 
-def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) -> dict[str, Any]:
-    from tqdm import tqdm
+@dataclass
+class TrainRun:
+    """What set-up builds once and every epoch uses."""
 
-    out = Path(out_dir)
-    ctx = dist.setup()
-    device = resolve_device(cfg["train"]["device"]) if not ctx.enabled else ctx.device
+    cfg: dict
+    out: Path
+    ctx: Any  # xmr.train.distributed.DistContext
+    device: torch.device
+    e2e: bool
+    max_epochs: int
+    train_data: Any
+    train_feats: Any
+    val_data: Any
+    val_feats: Any
+    vocab_words: list[str] | None
+    model: RetrievalModel
+    image_dim: int
+    optimizer: torch.optim.Optimizer
+    stepper: TrainStep
+    config_sha: str = ""
+    inputs_sha: str = ""
+    input_parts: dict = field(default_factory=dict)
+    train_model: torch.nn.Module | None = None  # the model as DDP sees it (set after resume)
+    dataset: Any = None
+    steps_per_epoch: int = 0
+    sync_every: int = 1
+
+    @property
+    def last(self) -> Path:
+        return self.out / checkpoint_files.LAST
+
+
+def prepare_process(cfg: dict, out: Path, ctx) -> torch.device:
+    """Checks that need no data, this process's device, threads and seeds."""
+    tcfg = cfg["train"]
+    device = resolve_device(tcfg["device"]) if not ctx.enabled else ctx.device
     if ctx.is_main:  # before loading data and models: a read-only or missing disk fails in one line, at once
         check_writable_dir(out, "training output directory (--out-dir)")
-        for name in ("config.yaml", "last.pt", "best.pt", "history.csv", "train.json"):
+        for name in ("config.yaml", checkpoint_files.LAST, checkpoint_files.BEST, "history.csv", "train.json"):
             remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
-    tcfg, ocfg = cfg["train"], cfg["optim"]
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
-    if tcfg.get("threads"):
+    if tcfg["threads"]:
         torch.set_num_threads(tcfg["threads"])  # e.g. several runs sharing a machine: OpenMP oversubscription
     check_image_source(cfg, cfg["name"])
     stopping.check_config(cfg, cfg["name"])
-    max_epochs = stopping.max_epochs(cfg)
-    e2e = is_end_to_end(cfg)
     seed_everything(tcfg["seed"])
     if tcfg["deterministic"]:
         use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=tcfg["fill_uninitialized_memory"])
+    return device
 
+
+def set_up(cfg: dict, out: Path, ctx) -> TrainRun:
+    """Data, model, optimizer and step of a run (before any resume)."""
+    tcfg = cfg["train"]
+    device = prepare_process(cfg, out, ctx)
+    e2e = is_end_to_end(cfg)
     train_data, train_feats = load_split_images(cfg, "train", train=True)
     check_batching(cfg, train_data)
     if tcfg["gather_negatives"] and not METHODS.get(cfg["method"]).gathered_loss:
@@ -268,206 +324,280 @@ def _train(cfg: dict, out_dir: str | os.PathLike, resume: bool, progress: bool) 
                        f"set it false (docs/pipeline.md)")
     labels = None if train_data.image_labels is None else torch.as_tensor(train_data.image_labels).to(device)
     texts = caption_texts(train_data).to(device) if tcfg["positives"] == "caption_text" else None
-    val_split = cfg["dataset_cfg"]["val_split"]
-    val_data, val_feats = load_split_images(cfg, val_split)
+    val_data, val_feats = load_split_images(cfg, cfg["dataset_cfg"]["val_split"])
     vocab_words = build_vocab_words(cfg, train_data)
     model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
     model.prepare(train_data)  # data-dependent state (CODER's concepts); a resumed checkpoint overwrites it
-    image_dim = model.image_backbone.feature_dim if e2e else train_feats.feature_dim
-    optimizer = build_optimizer(model, ocfg, fused=device.type == "cuda")
+    optimizer = build_optimizer(model, cfg["optim"], fused=device.type == "cuda")
     use_amp = tcfg["amp"] and device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+    stepper = TrainStep(model, None, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
+    run = TrainRun(cfg, out, ctx, device, e2e, stopping.max_epochs(cfg), train_data, train_feats, val_data,
+                   val_feats, vocab_words, model, model.image_backbone.feature_dim if e2e else train_feats.feature_dim,
+                   optimizer, stepper)
+    run.config_sha = config_digest(cfg)
+    run.inputs_sha, run.input_parts = ctx.from_main(lambda: inputs_digest(cfg, e2e, model))  # one store read
+    return run
 
-    state = {"epoch": -1, "best_rsum": -math.inf, "best_epoch": -1, "history": [], "run_id": None, "step": 0,
-             "stopping": stopping.initial_state(), "best_val_similarity": None}
-    best_model = None  # CPU copy of the best weights while the current epoch is not the best
-    last = out / "last.pt"
-    digest = config_digest(cfg)
-    inputs_sha, input_parts = ctx.from_main(lambda: inputs_digest(cfg, e2e, model))  # one read of the store
-    written = _resume_checkpoint(last, "cpu") if resume and last.exists() else None
-    if written is not None:
-        why = ("a different config" if written.get("config_sha256") != digest
-               else "other input files (training features or annotations)"
-               if written.get("inputs_sha256") != inputs_sha else None)
-        if why:
-            if ctx.is_main:  # always said: a restart must be visible in logs
-                print(f"{last} was trained with {why}: starting over", flush=True)
-            resume = False
-    if resume and written is not None:
-        ck = written if device.type == "cpu" else _resume_checkpoint(last, device)
-        model.load_state_dict(ck["model"])
-        if ck.get("best_model") is not None:  # kept on the CPU, as while training
-            best_model = _cpu_copy(ck["best_model"])
-        optimizer.load_state_dict(ck["optimizer"])
-        state.update({k: ck.get(k, state[k]) for k in state})
-        written_by = ck.get("world_size", ctx.world_size)
-        if written_by != ctx.world_size and ctx.is_main:  # allowed, but the global batch is not what it was
-            print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
-                  f"global batch changes from {tcfg['batch_size'] * written_by} to "
-                  f"{tcfg['batch_size'] * ctx.world_size} (train.batch_size is per process)", flush=True)
-        if ctx.is_main:  # always said: a resumed run must be visible in logs
-            print(f"resuming {out} after epoch {state['epoch'] + 1}", flush=True)
-            if state["best_epoch"] > 0 and not (out / "best.pt").exists():
-                # a kill between last.pt and best.pt, or Snakemake deleting best.pt as an incomplete output:
-                # last.pt carries the best weights (its own when the last epoch was the best)
-                best = {k: ck[k] for k in BEST_KEYS} | {"epoch": state["best_epoch"] - 1}
-                if best_model is not None:
-                    best["model"] = best_model
-                save_checkpoint(out / "best.pt", best)
-                print(f"restored {out / 'best.pt'} (epoch {state['best_epoch']}) from {last}", flush=True)
-    train_model: torch.nn.Module = ctx.wrap(TrainForward(model))
 
+def resume_state(run: TrainRun, resume: bool) -> tuple[TrainState, bool]:
+    """The state to continue from: last.pt's when it was written with this config and these inputs, else a fresh
+    one (and whether the run resumed). Rebuilds a best.pt lost to a kill from last.pt."""
+    ctx, last = run.ctx, run.last
+    written = checkpoint_files.read_last(run.out, "cpu") if resume and last.exists() else None
+    if written is None:
+        return TrainState(), resume
+    why = ("a different config" if written.get("config_sha256") != run.config_sha
+           else "other input files (training features, text features, backbone weights or annotations)"
+           if written.get("inputs_sha256") != run.inputs_sha else None)
+    if why:
+        if ctx.is_main:  # always said: a restart must be visible in logs
+            print(f"{last} was trained with {why}: starting over", flush=True)
+        return TrainState(), False
+    ck = written if run.device.type == "cpu" else checkpoint_files.read_last(run.out, run.device)
+    run.model.load_state_dict(ck["model"])
+    run.optimizer.load_state_dict(ck["optimizer"])
+    state = TrainState.from_checkpoint(ck)
+    written_by, bs = ck.get("world_size", ctx.world_size), run.cfg["train"]["batch_size"]
+    if written_by != ctx.world_size and ctx.is_main:  # allowed, but the global batch is not what it was
+        print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
+              f"global batch changes from {bs * written_by} to {bs * ctx.world_size} (train.batch_size is per "
+              f"process)", flush=True)
+    if ctx.is_main:  # always said: a resumed run must be visible in logs
+        print(f"resuming {run.out} after epoch {state.epoch + 1}", flush=True)
+        best = run.out / checkpoint_files.BEST
+        if state.best_epoch > 0 and not best.exists():
+            # a kill between last.pt and best.pt, or Snakemake deleting best.pt as an incomplete output:
+            # last.pt carries the best weights (its own when the last epoch was the best)
+            save_checkpoint(best, checkpoint_files.best_from_last(ck, state.best_epoch, state.best_model))
+            print(f"restored {best} (epoch {state.best_epoch}) from {last}", flush=True)
+    return state, True
+
+
+def start_epochs(run: TrainRun, state: TrainState) -> None:
+    """After resume: the model as DDP runs it, config.yaml, the pair dataset and the epoch length."""
+    cfg, ctx = run.cfg, run.ctx
+    run.train_model = ctx.wrap(TrainForward(run.model))
+    run.stepper.train_model = run.train_model
     if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        public_cfg = {k: v for k, v in cfg.items()}
-        with atomic_path(out / "config.yaml", ".yaml") as tmp:
-            tmp.write_text(yaml.safe_dump(public_cfg, sort_keys=False))
-    tracker = Tracker(cfg["tracking"]["enabled"] and ctx.is_main)
-    experiment = cfg["tracking"]["experiment"] or f"xmr/{cfg['dataset']}"
-    run_name = cfg["tracking"]["run_name"] or cfg["name"]
+        run.out.mkdir(parents=True, exist_ok=True)
+        with atomic_path(run.out / "config.yaml", ".yaml") as tmp:
+            tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run.dataset = PairDataset(run.train_data, run.train_feats, cfg["features"]["max_regions"])
+    bs = cfg["train"]["batch_size"]
+    run.steps_per_epoch = len(_batch_sampler(cfg, run.train_data, 0, ctx)) if cfg["train"]["sampler"] != "random" \
+        else math.ceil(len(run.dataset) / (bs * ctx.world_size))
+    run.sync_every = host_sync_every(run.device)
+    run.stepper.check_finite = run.sync_every == 1
+    run.stepper.plateau_drops = state.stopping["lr_drops"]
+
+
+def run_tags(run: TrainRun) -> dict[str, Any]:
+    """The MLflow tags of a training."""
+    cfg = run.cfg
     tags = {
         "method": cfg["method"], "dataset": cfg["dataset"], "recipe": cfg["name"],
         "backbone": cfg["features"]["backbone"], "text_encoder": cfg["text"]["encoder"],
-        "git_commit": git_commit(), "device": str(device), "world_size": ctx.world_size,
-        "image_source": "images" if e2e else "precomputed",
+        "git_commit": git_commit(), "device": str(run.device), "world_size": run.ctx.world_size,
+        "image_source": "images" if run.e2e else "precomputed",
     }
-    tags.update(train_data.extra.get("run_tags", {}))  # e.g. CUB's split_rule (which split files were used)
-    tags.update({k: v[:16] for k, v in input_parts.items() if not k.startswith("annotations")})
-    dataset = PairDataset(train_data, train_feats, cfg["features"]["max_regions"])
+    tags.update(run.train_data.extra.get("run_tags", {}))  # e.g. CUB's split_rule (which split files were used)
+    tags.update({k: v[:16] for k, v in run.input_parts.items() if not k.startswith("annotations")})
+    return tags
+
+
+def epoch_loader(run: TrainRun, epoch: int) -> DataLoader:
+    """The training pairs of ``epoch`` (its order a function of the seed and the epoch)."""
+    cfg, ctx, device = run.cfg, run.ctx, run.device
+    tcfg = cfg["train"]
+    collate = PairCollate(run.model.text.collate, "train")
+    if tcfg["sampler"] != "random":
+        return DataLoader(run.dataset, batch_sampler=_batch_sampler(cfg, run.train_data, epoch, ctx),
+                          num_workers=tcfg["workers"], collate_fn=collate, pin_memory=device.type == "cuda")
     bs = tcfg["batch_size"]
-    steps_per_epoch = len(_batch_sampler(cfg, train_data, 0, ctx)) if tcfg["sampler"] != "random" \
-        else math.ceil(len(dataset) / (bs * ctx.world_size))
-    stepper = TrainStep(model, train_model, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
-    sync_every = host_sync_every(device)
-    stepper.check_finite = sync_every == 1
-    stepper.plateau_drops = state["stopping"]["lr_drops"]
-    # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
-    with tracker.run(experiment, run_name, run_id=state["run_id"], tags=tags, id_file=out / "mlflow_run_id",
-                     resume=resume):
-        state["run_id"] = tracker.run_id
-        if state["epoch"] < 0:
-            tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
-        for epoch in range(state["epoch"] + 1, max_epochs):
-            if state["stopping"]["stopped"]:  # a resumed run that had already met its plateau
-                break
-            torch.manual_seed(tcfg["seed"] * 100003 + epoch)  # per-epoch reseed: resume == uninterrupted
-            collate = PairCollate(model.text.collate, "train")
-            if tcfg["sampler"] != "random":
-                loader = DataLoader(dataset, batch_sampler=_batch_sampler(cfg, train_data, epoch, ctx),
-                                    num_workers=tcfg["workers"], collate_fn=collate, pin_memory=device.type == "cuda")
-            else:
-                sampler = ctx.sampler(dataset, seed=tcfg["seed"] + epoch)
-                gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
-                loader = DataLoader(dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
-                                    num_workers=tcfg["workers"], collate_fn=collate,
-                                    drop_last=len(dataset) > bs, pin_memory=device.type == "cuda")
-            if e2e:
-                frozen = backbone_frozen(cfg, epoch)
-                model.image_backbone.set_frozen(frozen)
-                if progress and ctx.is_main and (epoch == state["epoch"] + 1 or epoch == cfg["image_backbone"][
-                        "frozen_epochs"]):
-                    print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
-            train_model.train()
-            t0, seen, nb, checked = time.time(), 0, 0, 0
-            # on the device: no sync per step (float64 where the device has it: MPS does not)
-            loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
-            nonfinite = torch.zeros((), dtype=torch.bool, device=device)
-            bar = tqdm(loader, desc=f"epoch {epoch + 1}/{max_epochs}", unit="batch",
-                       disable=not (progress and ctx.is_main), total=steps_per_epoch)
-            for it, batch in enumerate(bar):
-                fault_point("step")
-                try:
-                    terms = stepper(batch, epoch, it, steps_per_epoch)
-                except NonFiniteLoss as e:
-                    raise XmrError(f"non-finite loss ({e}) at epoch {epoch + 1} step {it}; the last good checkpoint "
-                                   f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
-                                   f"optim.grad_clip") from None
-                loss = terms["loss"].detach()
-                state["step"] += 1
-                seen += len(batch["image_index"]) * ctx.world_size
-                loss_sum += loss
-                nb += 1
-                if sync_every > 1:
-                    nonfinite |= ~torch.isfinite(loss)
-                    if (it + 1) % sync_every == 0:
-                        _check_finite(nonfinite, epoch, checked, it, last, sync_every)
-                        checked = it + 1
-                if (it + 1) % sync_every == 0:
-                    bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
-                every = tcfg["log_every_steps"]
-                if not progress and ctx.is_main and every and (it + 1) % every == 0:
-                    dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
-                    log_line(f"epoch {epoch + 1}/{max_epochs}", step=f"{it + 1}/{steps_per_epoch}",
-                             loss=loss_sum.item() / nb, samples_per_s=seen / max(dt, 1e-9),
-                             eta=eta(dt, it + 1, steps_per_epoch))
-                if state["step"] % tcfg["log_every"] == 0:
-                    tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
-                                        | {"train/lr": optimizer.param_groups[0]["lr"]}, step=state["step"])
-            bar.close()
-            if sync_every > 1 and checked < nb:  # never a checkpoint of weights a non-finite step touched
-                _check_finite(nonfinite, epoch, checked, nb - 1, last, sync_every)
-            row: dict[str, Any] = {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
-                                   "samples_per_s": seen / max(1e-9, time.time() - t0),
-                                   "lr": optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
-            if ctx.is_main and ((epoch + 1) % tcfg["val_every"] == 0 or epoch + 1 == max_epochs):
-                fault_point("validate")
-                metrics, spread = validate(model, cfg, val_data, val_feats, device)
-                row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
-                                                             for k in ("r1", "r5", "r10")},
-                            "val_sim_mean": spread["mean"], "val_sim_std": spread["std"],
-                            "val_margin": spread["margin"]})
-                tracker.log_metrics(metrics_to_flat(metrics, "val"), step=epoch + 1)
-            if ctx.is_main:  # always (with or without a bar): the line a job log shows per epoch, and in MLflow
-                tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
-                                     "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
-                log_line(f"epoch {epoch + 1}/{max_epochs}", loss=row["loss"], val_rsum=row.get("val_rsum"),
-                         samples_per_s=row["samples_per_s"], seconds=row["seconds"])
-            state["history"].append(row)
-            state["epoch"] = epoch
-            if ctx.is_main:
-                is_best = row.get("val_rsum", -math.inf) > state["best_rsum"]
-                if is_best:
-                    state["best_rsum"], state["best_epoch"] = row["val_rsum"], epoch + 1
-                    state["best_val_similarity"] = {"mean": row["val_sim_mean"], "std": row["val_sim_std"]}
-                    best_model = None  # the current weights are the best: last.pt's "model"
-                elif best_model is None and state["best_epoch"] > 0:
-                    best_model = _cpu_copy(load_checkpoint(out / "best.pt", "cpu")["model"])
-                if "val_rsum" in row and stopping.uses_rule(cfg):
-                    event = stopping.update(state["stopping"], row["val_rsum"], epoch + 1, cfg)
-                    if event in ("lr_drop", "stop"):
-                        print(f"epoch {epoch + 1}: validation RSUM has not improved for "
-                              f"{tcfg['early_stopping']['patience']} epoch(s): "
-                              + ("learning rate x" + str(ocfg['schedule']['gamma']) if event == "lr_drop"
-                                 else f"plateau reached, stopping (best epoch {state['best_epoch']})"), flush=True)
-                ck = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                      "vocab_words": vocab_words, "image_dim": image_dim,
-                      "config_sha256": digest, "inputs_sha256": inputs_sha, "world_size": ctx.world_size,
-                      **state}
-                if best_model is not None:  # so that best.pt can be rebuilt after a kill (see the resume path)
-                    ck["best_model"] = best_model
-                fault_point("checkpoint")
-                save_checkpoint(last, ck)
-                if is_best:
-                    save_checkpoint(out / "best.pt", {k: ck[k] for k in BEST_KEYS})
-                _write_history(out / "history.csv", state["history"])
-            ctx.barrier()
-            if stopping.uses_rule(cfg):  # every process takes the main process's decision
-                state["stopping"] = ctx.from_main(lambda: state["stopping"])
-                stepper.plateau_drops = state["stopping"]["lr_drops"]
-                if state["stopping"]["stopped"]:
+    sampler = ctx.sampler(run.dataset, seed=tcfg["seed"] + epoch)
+    gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
+    return DataLoader(run.dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
+                      num_workers=tcfg["workers"], collate_fn=collate, drop_last=len(run.dataset) > bs,
+                      pin_memory=device.type == "cuda")
+
+
+def set_backbone_phase(run: TrainRun, epoch: int, first_epoch: int, progress: bool) -> None:
+    """End to end: the image backbone frozen or trained in ``epoch`` (``image_backbone.frozen_epochs``)."""
+    frozen = backbone_frozen(run.cfg, epoch)
+    run.model.image_backbone.set_frozen(frozen)
+    if progress and run.ctx.is_main and epoch in (first_epoch, run.cfg["image_backbone"]["frozen_epochs"]):
+        print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
+
+
+def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, progress: bool) -> dict[str, Any]:
+    """One pass over the training pairs; returns the epoch's history row (loss, speed, learning rate)."""
+    from tqdm import tqdm
+
+    tcfg, ctx, device, last = run.cfg["train"], run.ctx, run.device, run.last
+    TrainState.reseed(tcfg["seed"], epoch)
+    loader = epoch_loader(run, epoch)
+    if run.e2e:
+        set_backbone_phase(run, epoch, state.epoch + 1, progress)
+    run.train_model.train()
+    t0, seen, nb, checked, sync_every, steps = time.time(), 0, 0, 0, run.sync_every, run.steps_per_epoch
+    # on the device: no sync per step (float64 where the device has it: MPS does not)
+    loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
+    nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{run.max_epochs}", unit="batch",
+               disable=not (progress and ctx.is_main), total=steps)
+    for it, batch in enumerate(bar):
+        fault_point("step")
+        try:
+            terms = run.stepper(batch, epoch, it, steps)
+        except NonFiniteLoss as e:
+            raise XmrError(f"non-finite loss ({e}) at epoch {epoch + 1} step {it}; the last good checkpoint "
+                           f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
+                           f"optim.grad_clip") from None
+        loss = terms["loss"].detach()
+        state.step += 1
+        seen += len(batch["image_index"]) * ctx.world_size
+        loss_sum += loss
+        nb += 1
+        if sync_every > 1:
+            nonfinite |= ~torch.isfinite(loss)
+            if (it + 1) % sync_every == 0:
+                _check_finite(nonfinite, epoch, checked, it, last, sync_every)
+                checked = it + 1
+        if (it + 1) % sync_every == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
+        every = tcfg["log_every_steps"]
+        if not progress and ctx.is_main and every and (it + 1) % every == 0:
+            dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
+            log_line(f"epoch {epoch + 1}/{run.max_epochs}", step=f"{it + 1}/{steps}", loss=loss_sum.item() / nb,
+                     samples_per_s=seen / max(dt, 1e-9), eta=eta(dt, it + 1, steps))
+        if state.step % tcfg["log_every"] == 0:
+            tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
+                                | {"train/lr": run.optimizer.param_groups[0]["lr"]}, step=state.step)
+    bar.close()
+    if sync_every > 1 and checked < nb:  # never a checkpoint of weights a non-finite step touched
+        _check_finite(nonfinite, epoch, checked, nb - 1, last, sync_every)
+    return {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb), "samples_per_s": seen / max(1e-9, time.time() - t0),
+            "lr": run.optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
+
+
+def validate_epoch(run: TrainRun, epoch: int, row: dict[str, Any], tracker: Tracker) -> None:
+    """Main process, at a validation epoch: the validation metrics and spread into ``row``; the epoch's log line."""
+    cfg = run.cfg
+    if (epoch + 1) % cfg["train"]["val_every"] == 0 or epoch + 1 == run.max_epochs:
+        fault_point("validate")
+        metrics, spread = validate(run.model, cfg, run.val_data, run.val_feats, run.device)
+        row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
+                                                     for k in ("r1", "r5", "r10")},
+                    "val_sim_mean": spread["mean"], "val_sim_std": spread["std"], "val_margin": spread["margin"]})
+        tracker.log_metrics(metrics_to_flat(metrics, "val"), step=epoch + 1)
+    # always (with or without a bar): the line a job log shows per epoch, and in MLflow
+    tracker.log_metrics({"train/epoch_loss": row["loss"], "train/samples_per_s": row["samples_per_s"],
+                         "train/epoch_seconds": row["seconds"]}, step=epoch + 1)
+    log_line(f"epoch {epoch + 1}/{run.max_epochs}", loss=row["loss"], val_rsum=row.get("val_rsum"),
+             samples_per_s=row["samples_per_s"], seconds=row["seconds"])
+
+
+def record_best(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any]) -> bool:
+    """Main process: whether ``epoch`` is the best so far; keeps a CPU copy of the best weights once they are no
+    longer the current ones."""
+    is_best = row.get("val_rsum", -math.inf) > state.best_rsum
+    if is_best:
+        state.best_rsum, state.best_epoch = row["val_rsum"], epoch + 1
+        state.best_val_similarity = {"mean": row["val_sim_mean"], "std": row["val_sim_std"]}
+        state.best_model = None  # the current weights are the best: last.pt's "model"
+    elif state.best_model is None and state.best_epoch > 0:
+        state.best_model = _cpu_copy(load_checkpoint(run.out / checkpoint_files.BEST, "cpu")["model"])
+    return is_best
+
+
+def apply_stopping(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any]) -> None:
+    """Main process: the stopping rule on the epoch's validation RSUM (xmr/train/stopping.py)."""
+    cfg = run.cfg
+    if "val_rsum" not in row or not stopping.uses_rule(cfg):
+        return
+    event = stopping.update(state.stopping, row["val_rsum"], epoch + 1, cfg)
+    if event in ("lr_drop", "stop"):
+        print(f"epoch {epoch + 1}: validation RSUM has not improved for "
+              f"{cfg['train']['early_stopping']['patience']} epoch(s): "
+              + ("learning rate x" + str(cfg["optim"]["schedule"]["gamma"]) if event == "lr_drop"
+                 else f"plateau reached, stopping (best epoch {state.best_epoch})"), flush=True)
+
+
+def save_epoch(run: TrainRun, state: TrainState, is_best: bool) -> None:
+    """Main process: last.pt, best.pt at a best epoch, history.csv."""
+    parts = {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+             "vocab_words": run.vocab_words, "image_dim": run.image_dim, "config_sha256": run.config_sha,
+             "inputs_sha256": run.inputs_sha, "world_size": run.ctx.world_size}
+    fault_point("checkpoint")
+    checkpoint_files.write_last(run.out, parts, state.saved(), state.best_model)
+    if is_best:
+        checkpoint_files.write_best(run.out / checkpoint_files.BEST, parts["model"], run.vocab_words, run.image_dim,
+                                    state.epoch, state.best_rsum)
+    _write_history(run.out / "history.csv", state.history)
+
+
+def end_epoch(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any], tracker: Tracker) -> bool:
+    """Validation, the best epoch, the stopping rule and the checkpoints after ``epoch``; every process takes the
+    main process's stopping decision. Returns whether training stops here."""
+    ctx = run.ctx
+    if ctx.is_main:
+        validate_epoch(run, epoch, row, tracker)
+    state.history.append(row)
+    state.epoch = epoch
+    if ctx.is_main:
+        is_best = record_best(run, state, epoch, row)
+        apply_stopping(run, state, epoch, row)
+        save_epoch(run, state, is_best)
+    ctx.barrier()
+    if not stopping.uses_rule(run.cfg):
+        return False
+    state.stopping = ctx.from_main(lambda: state.stopping)
+    run.stepper.plateau_drops = state.stopping["lr_drops"]
+    return bool(state.stopping["stopped"])
+
+
+def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, Any]:
+    """train.json's contents."""
+    cfg = run.cfg
+    return {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
+            "best_epoch": state.best_epoch, "best_val_rsum": state.best_rsum,
+            "epochs": cfg["train"]["epochs"], "mlflow_run_id": state.run_id, "experiment": experiment,
+            "train_seconds": sum(r.get("seconds", 0) for r in state.history),
+            **stopping.summary(state.stopping, len(state.history), cfg),
+            "val_similarity": state.best_val_similarity,
+            "history": state.history}
+
+
+def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
+    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``, its one
+    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.rundir`)."""
+    with process_run_lock(out_dir, dist.process_rank()):
+        out = Path(out_dir)
+        ctx = dist.setup()
+        run = set_up(cfg, out, ctx)
+        state, resumed = resume_state(run, resume)
+        start_epochs(run, state)
+        tracker = Tracker(cfg["tracking"]["enabled"] and ctx.is_main)
+        experiment = cfg["tracking"]["experiment"] or f"xmr/{cfg['dataset']}"
+        # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
+        with tracker.run(experiment, cfg["tracking"]["run_name"] or cfg["name"], run_id=state.run_id,
+                         tags=run_tags(run), id_file=out / "mlflow_run_id", resume=resumed):
+            state.run_id = tracker.run_id
+            if state.epoch < 0:
+                tracker.log_params({k: v for k, v in cfg.items() if k not in ("dataset_cfg",)})
+            for epoch in range(state.epoch + 1, run.max_epochs):
+                if state.stopping["stopped"]:  # a resumed run that had already met its plateau
                     break
-        summary = {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
-                   "best_epoch": state["best_epoch"], "best_val_rsum": state["best_rsum"],
-                   "epochs": tcfg["epochs"], "mlflow_run_id": state["run_id"], "experiment": experiment,
-                   "train_seconds": sum(r.get("seconds", 0) for r in state["history"]),
-                   **stopping.summary(state["stopping"], len(state["history"]), cfg),
-                   "val_similarity": state["best_val_similarity"],
-                   "history": state["history"]}
-        if ctx.is_main:
-            write_json(out / "train.json", summary)
-            tracker.log_artifact(str(out / "config.yaml"))
-            tracker.log_artifact(str(out / "history.csv"))
-            tracker.set_tags({"best_checkpoint": str((out / "best.pt").resolve())})
-    dist.cleanup(ctx)
-    return summary
+                row = run_epoch(run, state, epoch, tracker, progress)
+                if end_epoch(run, state, epoch, row, tracker):
+                    break
+            summary = summarize(run, state, experiment)
+            if ctx.is_main:
+                write_json(out / "train.json", summary)
+                tracker.log_artifact(str(out / "config.yaml"))
+                tracker.log_artifact(str(out / "history.csv"))
+                tracker.set_tags({"best_checkpoint": str((out / checkpoint_files.BEST).resolve())})
+        dist.cleanup(ctx)
+        return summary
