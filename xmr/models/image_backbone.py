@@ -127,7 +127,7 @@ class FinetunedBackbone(nn.Module):
         return self
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = normalise(images, self.net.mean, self.net.std)
+        x = normalise(images, self.net.mean, self.net.std, pixel_scale=self.net.pixel_scale)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
             feats = self.net(x)[0]
         if self.max_regions is not None:
