@@ -175,3 +175,19 @@ def test_alias_keys_must_hold_the_same_tensors():
         resolved_backbone(_tiny_grid(**{"backbone.base.0.weight": None}), Path("m.pth"))
     with pytest.raises(XmrError, match="unexpected key img_enc.backbone.extra.weight"):
         resolved_backbone(_tiny_grid(**{"backbone.extra.weight": torch.ones(1)}), Path("m.pth"))
+    with pytest.raises(XmrError, match="unexpected key img_enc.backbone.resnet.layer5.0.conv1.weight"):
+        resolved_backbone({"backbone.resnet.layer5.0.conv1.weight": torch.ones(1)}, Path("m.pth"))
+
+
+def test_caffe_backbone_weights_file_names():
+    """``weights:`` of butd_r101_grid_512: VSE∞'s original_updown_backbone.pth ({'base', 'top'}: its two
+    Sequentials) or ResNet names, onto the trunk's indices (conv1 0, bn1 1, layer1..4 4..7)."""
+    from xmr.features.backbones.caffe_resnet import trunk_state
+
+    one = torch.ones(1)
+    got = trunk_state({"base": {"0.weight": one, "4.0.conv1.weight": one}, "top": {"0.2.bn3.bias": one}}, "w.pth")
+    assert set(got) == {"0.weight", "4.0.conv1.weight", "7.2.bn3.bias"}
+    got = trunk_state({"module.conv1.weight": one, "layer4.2.bn3.bias": one, "fc.weight": one}, "w.pth")
+    assert set(got) == {"0.weight", "7.2.bn3.bias"}
+    with pytest.raises(XmrError, match="w.pth: unexpected key head.weight"):
+        trunk_state({"head.weight": one}, "w.pth")

@@ -32,6 +32,7 @@ import torch
 
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, map_encoders,
                                   plain_data, strip_prefix)
+from xmr.checkpoints.common import TRUNK_INDEX
 from xmr.errors import XmrError
 
 PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README): folders "
@@ -158,8 +159,6 @@ GRID_RULES = [("image_encoder.fc.", "image_proj.fc.")] + [("image_encoder." + r,
 #: layer1..3), top = Sequential(layer4): the same tensors under two names
 ALIASES = {"base.0.": "conv1.", "base.1.": "bn1.", "base.4.": "layer1.", "base.5.": "layer2.", "base.6.": "layer3.",
            "top.0.": "layer4."}
-#: the ResNet's modules -> xmr's trunk Sequential (TorchvisionGrid and CaffeResNetGrid share the layout)
-GRID_TRUNK = {"conv1.": 0, "bn1.": 1, "layer1.": 4, "layer2.": 5, "layer3.": 6, "layer4.": 7}
 #: the released grid models' ``opt.backbone_source`` -> (backbones.yaml key, description)
 GRID_BACKBONES = {
     "detector": ("butd_r101_grid_512", "BUTD Caffe ResNet-101 grid"),
@@ -190,7 +189,11 @@ def resolved_backbone(img: dict, src: Path) -> dict[str, torch.Tensor]:
         aliases[ALIASES[alias] + rest[len(alias):]] = (key, value)
     if not resnet:
         raise XmrError(f"{src}: no img_enc.backbone.resnet.* weights; not a VSE∞ grid checkpoint")
-    used = {k for k in resnet if not k.startswith(("fc.", "avgpool."))}
+    used = {k for k in resnet if not k.startswith("fc.")}  # the ImageNet classifier: never used
+    odd = sorted(k for k in used if k.split(".")[0] not in TRUNK_INDEX)
+    if odd:
+        raise XmrError(f"{src}: unexpected key img_enc.backbone.resnet.{odd[0]}; is this a VSE∞ grid checkpoint "
+                       f"(woodfrog/vse_infty)?")
     if aliases and set(aliases) != used:
         odd = sorted(set(aliases) ^ used)
         raise XmrError(f"{src}: the backbone's alias keys (backbone.base.*, backbone.top.*) do not cover the same "
@@ -230,10 +233,11 @@ def grid_image(img: dict, opt: dict, src: Path) -> ImageSide:
     resnet = resolved_backbone(img, src)
     source = grid_backbone_source(resnet, opt, src)
     key, description = GRID_BACKBONES[source]
+    # the ResNet's modules -> xmr's trunk Sequential (TorchvisionGrid and CaffeResNetGrid share the layout)
     trunk = {}
     for name, value in resnet.items():
-        head = next(h for h in GRID_TRUNK if name.startswith(h))
-        trunk[f"image_backbone.net.trunk.{GRID_TRUNK[head]}.{name[len(head):]}"] = value
+        head, _, rest = name.partition(".")
+        trunk[f"image_backbone.net.trunk.{TRUNK_INDEX[head]}.{rest}"] = value
     fc = img.get("image_encoder.fc.weight")
     feature_dim = int(resnet["layer4.0.conv3.weight"].shape[0])
     if fc is None or int(fc.shape[1]) != feature_dim:
