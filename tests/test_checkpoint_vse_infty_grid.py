@@ -191,3 +191,16 @@ def test_caffe_backbone_weights_file_names():
     assert set(got) == {"0.weight", "7.2.bn3.bias"}
     with pytest.raises(XmrError, match="w.pth: unexpected key head.weight"):
         trunk_state({"head.weight": one}, "w.pth")
+
+
+def test_opt_and_weights_must_agree_on_grid_or_region(tmp_path):
+    """The region fixture's file with ``opt.precomp_enc_type`` claiming a grid model."""
+    from xmr.checkpoints.vse_infty import read_vse_infty
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        ck = torch.load(CK / "vse_infty" / "model_best.pth", weights_only=True)
+    ck["opt"].precomp_enc_type = "backbone"
+    src = tmp_path / "model_best.pth"
+    torch.save(ck, src)
+    with pytest.raises(XmrError, match=r"model_best.pth: opt.precomp_enc_type is 'backbone' but the file holds no CNN"):
+        read_vse_infty(src, BIGRU_VOCAB, {})

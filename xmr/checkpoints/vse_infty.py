@@ -260,6 +260,11 @@ def read_vse_infty(src: Path, vocab: Path | None, options: dict) -> ImportedMode
     img, txt, opt, extra = read_container(src)
     prefixed = {"image": any(k.startswith("module.") for k in img), "text": any(k.startswith("module.") for k in txt)}
     img, txt = strip_prefix(img, "module."), strip_prefix(txt, "module.")
+    kind = opt.get("precomp_enc_type")
+    if kind in ("basic", "backbone") and (kind == "backbone") != is_grid_model(img):
+        raise XmrError(f"{src}: opt.precomp_enc_type is {kind!r} but the file holds "
+                       f"{'no' if kind == 'backbone' else 'its'} CNN weights (img_enc.backbone.*); the file is "
+                       f"incomplete or edited: re-download it")
     image = grid_image(img, opt, src) if is_grid_model(img) else region_image(img, src)
     head = {k: v for k, v in img.items() if not k.startswith("backbone.")}
     bert = any(k.startswith("bert.") for k in txt)

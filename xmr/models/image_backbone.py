@@ -98,7 +98,8 @@ def _is_batchnorm(m: nn.Module) -> bool:
 
 
 class FinetunedBackbone(nn.Module):
-    """uint8 images (B, 3, H, W) -> ``(local features (B, R, F), num_regions (B,))`` through a trainable backbone.
+    """0-255 images (B, 3, H, W) -> ``(local features (B, R, F), num_regions (B,))`` through a trainable backbone
+    (uint8; float32 after ``resize: squash_inter_linear``).
 
     ``frozen`` (set per epoch by the trainer): eval mode and no autograd graph, so the weights get no gradient
     (optimizers skip them) and BN statistics stay put. ``freeze_bn``: BatchNorm layers stay in eval mode while
