@@ -204,3 +204,29 @@ def test_opt_and_weights_must_agree_on_grid_or_region(tmp_path):
     torch.save(ck, src)
     with pytest.raises(XmrError, match=r"model_best.pth: opt.precomp_enc_type is 'backbone' but the file holds no CNN"):
         read_vse_infty(src, BIGRU_VOCAB, {})
+
+
+@pytest.mark.parametrize("decoder", ["pil", "device"])
+def test_extract_with_the_caffe_grid_backbone(tmp_path, one_thread, decoder):
+    """`xmr extract`'s path (both decoders) gives what the backbone computes on the float squash_inter_linear input
+    with its Caffe normalisation: the backbone entry is usable for precomputed grid features too."""
+    from xmr.data.base import CaptionedSplit
+    from xmr.features.backbones import build_backbone
+    from xmr.features.decode import read_image
+    from xmr.features.extract import extract_features, normalise
+    from xmr.features.store import FeatureFile
+
+    torch.manual_seed(0)
+    cfg = {"name": "caffe_resnet101", "allow_random_init": True, "input_size": 64, "resize": "squash_inter_linear",
+           "decoder": decoder}
+    backbone = build_backbone(cfg)
+    split = CaptionedSplit(name="q", split="q", image_ids=[str(i) for i in range(len(IMAGES))], image_paths=IMAGES,
+                           captions=[], caption_image=np.zeros(0, dtype=np.int64))
+    h5 = extract_features(split, cfg, tmp_path / "q.h5", batch_size=2, workers=0, progress=False, device="cpu",
+                          backbone=backbone)
+    x = torch.stack([read_image(p, 64, "squash_inter_linear")[0] for p in IMAGES])
+    with torch.no_grad():
+        want = backbone(normalise(x, backbone.mean, backbone.std, pixel_scale=1.0))[0]
+    got = torch.from_numpy(np.stack([np.asarray(FeatureFile(h5)[i]) for i in range(len(IMAGES))]))
+    assert got.shape == (4, 4, 2048)  # 2 x 2 grid at 64 px
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)  # equal when written (features up to ~4)
