@@ -185,7 +185,8 @@ def resolved_backbone(img: dict, src: Path) -> dict[str, torch.Tensor]:
             continue
         alias = next((a for a in ALIASES if rest.startswith(a)), None)
         if alias is None:
-            raise XmrError(f"{src}: unexpected key img_enc.{key}; is this a VSE∞ grid checkpoint (woodfrog/vse_infty)?")
+            raise XmrError(f"{src}: unexpected key img_enc.{key}; is this a VSE∞ grid checkpoint "
+                           f"(woodfrog/vse_infty)?")
         aliases[ALIASES[alias] + rest[len(alias):]] = (key, value)
     if not resnet:
         raise XmrError(f"{src}: no img_enc.backbone.resnet.* weights; not a VSE∞ grid checkpoint")
