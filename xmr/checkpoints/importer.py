@@ -34,7 +34,7 @@ def checkpoint_spec(recipe: str | os.PathLike) -> dict:
 
 def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, dataset: str | None,
                    name: str, config_dir: str | os.PathLike = "config", overrides: tuple[str, ...] = (),
-                   backbone: str = "") -> dict:
+                   backbone: str = "", src: str | os.PathLike | None = None) -> dict:
     """The run config: the recipe (or the method's config with ``dataset`` and the format's ``backbone``), the
     overrides, then the sections the checkpoint fixes, validated as any run config."""
     from xmr.run_config import load_run_config
@@ -57,6 +57,14 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
         path = method_config_path(imported.method, config_dir)
     else:
         path = Path(recipe)
+        fixed = sections.get("features", {}).get("source")
+        given = load_run_config(path, overrides)["features"]
+        if fixed == "images" and given["source"] != "images":
+            # e.g. a VSE∞ grid model (its CNN inside) given a region recipe: the file decides, the recipe disagrees
+            raise XmrError(f"{src or name}: this model runs its own CNN on image files (features.source: images, "
+                           f"backbone {sections['features'].get('backbone')}), but the recipe {path} reads "
+                           f"precomputed features ({given.get('backbone')}); give the recipe made for this model "
+                           f"(docs/checkpoints.md) or import it without --recipe")
     cfg = load_run_config(path, overrides, sections=sections)
     if cfg["method"] != imported.method:
         raise XmrError(f"{path}: method {cfg['method']} but the checkpoint is a {imported.method} model")
@@ -119,7 +127,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
         raise XmrError(f"{vocab}: not found; pass the vocabulary file or tokenizer folder the model was trained "
                        f"with ({form.published_at or 'docs/checkpoints.md'})")
     imported = form.read(src, Path(vocab) if vocab is not None else None, options)
-    cfg = resolve_config(imported, recipe, dataset, out.name, config_dir, overrides, form.default_backbone)
+    cfg = resolve_config(imported, recipe, dataset, out.name, config_dir, overrides, form.default_backbone,
+                         src)
 
     # the self-check: xmr's model takes exactly these tensors (strict), before anything is written
     model = build_model(cfg, imported.image_dim, imported.vocab_words, pretrained_backbone=False)

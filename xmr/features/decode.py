@@ -30,7 +30,9 @@ from torch.utils.data import Dataset
 from xmr.errors import XmrError
 
 DECODERS = ("auto", "pil", "device")
-RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side")
+RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side", "squash_inter_linear")
+#: resize modes whose network input is float32 (not rounded to uint8 after resizing)
+FLOAT_RESIZE_MODES = ("squash_inter_linear",)
 CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
 
 
@@ -40,7 +42,7 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
     Returns ``(new_w, new_h)`` (size after resizing, before cropping), ``(left, top)`` crop offset and the
     input size ``(in_w, in_h)``. A point (x, y) of the original lands at ``(x * new_w / w - left, ...)``.
     """
-    if mode == "squash":
+    if mode in ("squash", "squash_inter_linear"):
         return (size, size), (0, 0), (size, size)
     if mode == "center_crop":
         short = round(size / CROP_RATIO)
@@ -66,12 +68,16 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
 
 def resize_image(im, size: int, resize: str = "squash", max_size: int | None = None):
     """A PIL image -> ``(uint8 (3, H, W) network input, geometry)``: the one image preprocessing, shared by
-    extraction and end-to-end training (:mod:`xmr.models.image_backbone`). Geometry = ``[w, h, sx, sy, left, top]``:
+    extraction and end-to-end training (:mod:`xmr.models.image_backbone`). ``squash_inter_linear`` gives a float32
+    input (:func:`resize_tensor`). Geometry = ``[w, h, sx, sy, left, top]``:
     original size, scale factors and crop offset (input = original * scale - offset)."""
     from PIL import Image
 
     w, h = im.size
     (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
+    if resize in FLOAT_RESIZE_MODES:
+        x = torch.from_numpy(np.asarray(im if im.mode == "RGB" else im.convert("RGB"), dtype=np.uint8).copy())
+        return resize_tensor(x.permute(2, 0, 1), size, resize, max_size)
     im = (im if im.mode == "RGB" else im.convert("RGB")).resize((nw, nh), Image.BILINEAR)
     if (nw, nh) != (iw, ih):
         im = im.crop((left, top, left + iw, top + ih))
@@ -214,9 +220,18 @@ def collate_encoded(items):
 
 def resize_tensor(x: torch.Tensor, size: int, resize: str = "squash", max_size: int | None = None):
     """A decoded uint8 ``(3, h, w)`` tensor (on any device) -> ``(uint8 network input, geometry)``, as
-    :func:`resize_image` does for a PIL image (bilinear with antialiasing: PIL's filter)."""
+    :func:`resize_image` does for a PIL image (bilinear with antialiasing: PIL's filter).
+
+    ``squash_inter_linear`` is VSE∞'s test transform (``RawImageDataset._process_image``): ``cv2.resize(...,
+    interpolation=cv2.INTER_LINEAR)`` of the float32 image to exactly size x size. That is bilinear with half-pixel
+    centres (``align_corners=False``), edge-clamped, without antialiasing, also when shrinking; the result stays
+    float32 (tests/test_checkpoint_vse_infty_grid.py compares it with cv2's output)."""
     h, w = x.shape[-2:]
     (nw, nh), (left, top), (iw, ih) = resize_geometry(w, h, size, resize, max_size)
+    if resize in FLOAT_RESIZE_MODES:
+        y = torch.nn.functional.interpolate(x[None].float(), size=(nh, nw), mode="bilinear", antialias=False,
+                                            align_corners=False)[0]
+        return y, torch.tensor([w, h, nw / w, nh / h, left, top], dtype=torch.float64)
     if (nw, nh) != (w, h):
         y = torch.nn.functional.interpolate(x[None].float(), size=(nh, nw), mode="bilinear", antialias=True,
                                             align_corners=False)

@@ -2,11 +2,13 @@
 
 Images are decoded and resized (:mod:`xmr.features.decode`) in DataLoader worker processes, or decoded on the
 device (``decoder``), and shards are written by a background thread, so decoding and writing overlap the forward
-pass. Four resize modes (backbone config ``resize``; default: the
+pass. Five resize modes (backbone config ``resize``; default: the
 backbone's own, else ``squash``):
 
 - ``squash``: the whole image to ``input_size`` x ``input_size`` (aspect ratio not kept; VSE∞'s grid-feature
   reading: every object a caption may mention stays in view);
+- ``squash_inter_linear``: the same square, as VSE∞'s released code resizes at test time (cv2 INTER_LINEAR of the
+  float image: no antialiasing, no rounding to uint8), for its imported grid models;
 - ``center_crop``: shorter side to ``input_size / 0.875``, then the central ``input_size`` square (the
   ImageNet evaluation transform; PCME's reading for its ResNet features);
 - ``torchvision_center_crop``: the same, exactly as torchvision's ``Resize(256)`` + ``CenterCrop(224)`` (long
@@ -54,11 +56,13 @@ def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, in
     return size, resize, max_size
 
 
-def normalise(x: torch.Tensor, mean, std, image_sizes: list[tuple[int, int]] | None = None) -> torch.Tensor:
-    """uint8 (B, 3, H, W) -> float ``(x / 255 - mean) / std``; padding (outside ``image_sizes``) stays 0."""
+def normalise(x: torch.Tensor, mean, std, image_sizes: list[tuple[int, int]] | None = None,
+              pixel_scale: float = 255.0) -> torch.Tensor:
+    """0-255 pixels (B, 3, H, W), uint8 or float -> float ``(x / pixel_scale - mean) / std``; padding (outside
+    ``image_sizes``) stays 0. ``pixel_scale`` is the backbone's (1 for Caffe weights: means in 0-255 units)."""
     m = torch.tensor(mean, device=x.device).view(1, 3, 1, 1)
     s = torch.tensor(std, device=x.device).view(1, 3, 1, 1)
-    out = (x.float() / 255.0 - m) / s
+    out = (x.float() / pixel_scale - m) / s
     if image_sizes is not None:
         for i, (h, w) in enumerate(image_sizes):
             out[i, :, h:, :] = 0
@@ -204,7 +208,7 @@ def _run(backbone, loader, starts, to_device, writer, dev, np_dtype, given_boxes
             if padded:
                 kwargs["image_sizes"] = [(round(g[3].item() * g[1].item()), round(g[2].item() * g[0].item()))
                                          for g in geoms]
-            x = normalise(x, backbone.mean, backbone.std, kwargs.get("image_sizes"))
+            x = normalise(x, backbone.mean, backbone.std, kwargs.get("image_sizes"), backbone.pixel_scale)
             result = backbone(x, **kwargs)
             feats, boxes = result[0], result[1]
             nreg = (result[2].cpu().numpy() if len(result) > 2

@@ -94,7 +94,8 @@ def _is_batchnorm(m: nn.Module) -> bool:
 
 
 class FinetunedBackbone(nn.Module):
-    """uint8 images (B, 3, H, W) -> ``(local features (B, R, F), num_regions (B,))`` through a trainable backbone.
+    """0-255 images (B, 3, H, W) -> ``(local features (B, R, F), num_regions (B,))`` through a trainable backbone
+    (uint8; float32 after ``resize: squash_inter_linear``).
 
     ``frozen`` (set per epoch by the trainer): eval mode and no autograd graph, so the weights get no gradient
     (optimizers skip them) and BN statistics stay put. ``freeze_bn``: BatchNorm layers stay in eval mode while
@@ -123,7 +124,7 @@ class FinetunedBackbone(nn.Module):
         return self
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = normalise(images, self.net.mean, self.net.std)
+        x = normalise(images, self.net.mean, self.net.std, pixel_scale=self.net.pixel_scale)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
             feats = self.net(x)[0]
         if self.max_regions is not None:

@@ -24,6 +24,8 @@ class Backbone(nn.Module):
     feature_dim: int = 0
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    # pixels are divided by this before mean/std (255: means in 0-1 units; Caffe weights use 1)
+    pixel_scale: float = 255.0
     weights_sha256: str = "random-init"
     needs_boxes: bool = False
 
