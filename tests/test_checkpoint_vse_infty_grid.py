@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 CK = REPO / "tests" / "fixtures" / "checkpoints"
 FIX = CK / "vse_infty_grid"
 IMAGES = [FIX / "images" / n for n in ("rgb_100x72.jpg", "grey_150x130.jpg", "rgb_50x40.png", "rgb_90x120.jpg")]
-CAPTIONS = json.loads((CK / "vse_infty" / "inputs.json").read_text())["captions"]
+CAPTIONS = json.loads((FIX / "captions.json").read_text())["captions"]  # the set the expected files were made from
 BIGRU_VOCAB = CK / "vse_infty" / "coco_precomp_vocab.json"
 BERT_DIR = CK / "vse_infty_bert" / "bert_tiny"
 # released family -> (--vocab, the backbones.yaml key the import must pick)
