@@ -47,7 +47,8 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
         sections = {"dataset": dataset, "name": name, **sections}
         if backbone:
             sections["features"] = {"backbone": backbone, **sections.get("features", {})}
-        elif not any(o.startswith("features.backbone=") for o in overrides):
+        elif not any(o.startswith("features.backbone=") for o in overrides) and not (
+                sections.get("features") or {}).get("backbone"):  # the file said (a CNN inside the model)
             raise XmrError(f"import-checkpoint: the {imported.method} checkpoint does not say which image features "
                            f"it reads; give --recipe, or --set features.backbone=KEY (config/backbones.yaml)")
         path = method_config_path(imported.method, config_dir)

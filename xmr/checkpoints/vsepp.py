@@ -48,9 +48,8 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         raise XmrError(f"{src}: format vsepp takes no options (got {', '.join(options)}); the architecture is read "
                        f"from the checkpoint")
     img, txt, opt, extra = read_container(src)
-    if any(k.startswith("cnn.") for k in img):
-        raise XmrError(f"{src}: a VSE++ full-image model (cnn.* keys); xmr imports the precomputed-feature models "
-                       f"of vsepp so far (docs/checkpoints.md)")
+    # a full-image model (cnn.* keys): its CNN is read by xmr/checkpoints/vsepp_full.py, the rest as below
+    cnn = {k: img.pop(k) for k in [k for k in img if k.startswith("cnn.")]}
     if opt.get("measure", "cosine") != "cosine" or opt.get("use_abs") or opt.get("no_imgnorm"):
         raise XmrError(f"{src}: an order-embedding / no-norm variant (measure={opt.get('measure')}, use_abs="
                        f"{opt.get('use_abs')}, no_imgnorm={opt.get('no_imgnorm')}); xmr imports the cosine models")
@@ -74,6 +73,15 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
     }
     provenance = {**extra, "architecture": "precomputed features (fc) + one-directional GRU read at the last token",
                   "opt": plain_data(opt)}
+    if cnn:
+        from xmr.checkpoints.vsepp_full import read_full_image
+        from xmr.config import deep_merge
+
+        cnn_state, sections, full = read_full_image(cnn, opt, src)
+        state.update(cnn_state)
+        config = deep_merge(config, sections)
+        provenance.update(full, architecture="its CNN end to end, avgpool/fc7 -> l2norm -> fc + one-directional "
+                                             "GRU read at the last token")
     return ImportedModel("vsepp", config, state, image_dim, words, provenance)
 
 
