@@ -21,6 +21,7 @@ RELEASED = {
     ("coco", "vse_inf_official_bigru"): "vse_infty", ("f30k", "vse_inf_official_bigru"): "vse_infty",
     ("coco", "vse_inf_official_bert"): "vse_infty", ("f30k", "vse_inf_official_bert"): "vse_infty",
     ("coco", "vsepp_official_resnet152"): "vsepp", ("f30k", "vsepp_official_resnet152"): "vsepp",
+    ("coco", "vsepp_official_vgg19"): "vsepp", ("f30k", "vsepp_official_vgg19"): "vsepp",
     ("coco", "pvse_official"): "pvse", ("coco", "pvse_official_k1"): "pvse",
     ("coco", "pcme_official"): "pcme", ("coco", "pcme_official_cutmix"): "pcme",
 }
