@@ -142,3 +142,17 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
     bad = run_xmr("doctor", "coco", "--zoo", "--config-dir", CONFIG, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "xmr doctor: error: doctor --zoo checks every zoo target; give no DATASET/TARGET with it")
+
+
+def test_a_recipe_without_zoo_keys_is_listed_and_says_so(tmp_path):
+    """A checkpoint recipe that names only format/src/vocab (as the first official recipes did) still gets its row;
+    the page says what the recipe does not state instead of claiming the authors give no SHA-256."""
+    from xmr.zoo import ZooEntry, render_zoo
+
+    entry = ZooEntry(dataset="coco", name="vse_inf_official_x", recipe="config/recipes/coco/vse_inf_official_x.yaml",
+                     format="vse_infty", src="data/checkpoints/x.pth", vocab=None, paper="a model")
+    row = _row(render_zoo([entry], tmp_path, CONFIG), "coco/vse_inf_official_x")
+    assert row == ("| **coco/vse_inf_official_x**<br>a model<br>`--format vse_infty` "
+                   "| not in the recipe (config/recipes/coco/vse_inf_official_x.yaml) | not in the recipe "
+                   "| `results/coco/vse_inf_official_x.json`<br>`results/coco/vse_inf_official_x_fr.json` "
+                   "| not in the recipe | no results file yet | no results file yet |")

@@ -29,6 +29,8 @@ class ZooEntry:
     paper: str
     published: str = ""
     sha256: str | None = None
+    sha256_stated: bool = False  # the recipe says sha256 (null: the authors give none)
+    paper_rows_stated: bool = False  # the recipe lists paper_rows ([]: none on hand)
     paper_rows: list[dict] = field(default_factory=list)
 
     def target(self, rerank: str = "none") -> str:
@@ -50,7 +52,8 @@ def zoo_entries(config_dir: str | os.PathLike = "config") -> list[ZooEntry]:
         out.append(ZooEntry(
             dataset=path.parent.name, name=path.stem, recipe=f"config/recipes/{path.parent.name}/{path.name}",
             format=ck["format"], src=ck["src"], vocab=ck.get("vocab"), paper=cfg.get("paper", ""),
-            published=ck.get("published", ""), sha256=ck.get("sha256"), paper_rows=list(ck.get("paper_rows", []))))
+            published=ck.get("published", ""), sha256=ck.get("sha256"), sha256_stated="sha256" in ck,
+            paper_rows=list(ck.get("paper_rows", [])), paper_rows_stated="paper_rows" in ck))
     return out
 
 
@@ -134,9 +137,9 @@ def render_zoo(entries: list[ZooEntry], results_root: str | os.PathLike = "resul
         cells = [
             f"**{e.dataset}/{e.name}**<br>{e.paper}<br>`--format {e.format}`",
             e.published.replace("|", "\\|") or f"not in the recipe ({e.recipe})",
-            f"`{e.sha256}`" if e.sha256 else "not given by the authors",
+            f"`{e.sha256}`" if e.sha256 else "not given by the authors" if e.sha256_stated else "not in the recipe",
             f"`{e.target()}`<br>`{e.target('fr')}`",
-            "<br>".join(paper) or "no paper row on hand",
+            "<br>".join(paper) or ("no paper row on hand" if e.paper_rows_stated else "not in the recipe"),
             "<br>".join(xmr) or "no results file yet",
             "<br>".join(fr) or "no results file yet",
         ]
