@@ -51,6 +51,12 @@ def import_and_compare(tmp_path: Path, cnn_type: str) -> dict:
     r = run_xmr("import-checkpoint", "--format", "vsepp", "--src", src, "--vocab", FIX / "coco_vocab.pkl",
                 "--dataset", "coco", "--out", run, cwd=REPO)
     assert r.returncode == 0, r.stderr
+    recipe_run = None
+    if cnn_type == "resnet152":  # the zoo recipe's way (rule import_checkpoint), the file where its src would be
+        recipe_run = tmp_path / "runs" / "coco" / "vsepp_official_resnet152"
+        r = run_xmr("import-checkpoint", "--recipe", "config/recipes/coco/vsepp_official_resnet152.yaml", "--src", src,
+                    "--vocab", FIX / "coco_vocab.pkl", "--out", recipe_run, cwd=REPO)
+        assert r.returncode == 0, r.stderr
     src.unlink()  # the run holds its own copy of the weights
     expected = np.load(FIX / f"expected_{cnn_type}.npz")
     model = xmr.load(run, device="cpu")
@@ -61,6 +67,12 @@ def import_and_compare(tmp_path: Path, cnn_type: str) -> dict:
     np.testing.assert_allclose(model.similarity(img, cap), expected["sims"], atol=TOL, rtol=0)
     # the fixture can tell the images apart (weights.py): far more than the tolerance
     assert np.abs(expected["img_emb"][0] - expected["img_emb"][1]).max() > 100 * TOL
+    if recipe_run is not None:  # the same model and preprocessing as the documented command's run
+        by_recipe = xmr.load(recipe_run, device="cpu")
+        for section in ("features", "model", "text"):
+            assert by_recipe.cfg[section] == model.cfg[section], section
+        np.testing.assert_allclose(by_recipe.encode_image([FIX / INPUTS["images"][0]]).numpy(),
+                                   expected["img_emb"][:1], atol=TOL, rtol=0)
     return {"config": model.cfg, "provenance": json.loads((run / "provenance.json").read_text())}
 
 
