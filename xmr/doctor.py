@@ -156,13 +156,18 @@ def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
                 note=f"for backbone {key}")
 
 
-def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path) -> None:
+def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path,
+                    cnn_in_checkpoint: bool = False) -> None:
     from xmr.features.importers import scan_source_split
     from xmr.workflow_inputs import image_inputs
 
     if info["source"] == "images":  # end to end: images + the backbone's weights
         _check_dataset(rep, ds, need_images=True)
-        _check_backbone(rep, info["backbone"], config_dir)
+        if cnn_in_checkpoint:  # an imported model runs its own CNN: no ImageNet weights file is read
+            rep.add(f"backbone {info['backbone']}", "the checkpoint's CNN", True,
+                    note="weights from the checkpoint; images through this key's preprocessing")
+        else:
+            _check_backbone(rep, info["backbone"], config_dir)
         return
     extract_splits = []
     for split, h5 in zip(info["splits"], image_inputs(dataset, info, info["splits"])):
@@ -220,13 +225,14 @@ def _check_checkpoint(rep: Report, spec: dict) -> None:
     from xmr.checkpoints import CHECKPOINT_FORMATS
 
     fmt = CHECKPOINT_FORMATS.get(spec["format"])
-    where = f"download it from {fmt.published_at}" if fmt.published_at else "download it from the authors' release"
+    published = spec.get("published") or fmt.published_at  # the recipe names this model's own file
+    where = f"download it from {published}" if published else "download it from the authors' release"
     rep.add(f"checkpoint ({spec['format']})", spec["src"], Path(spec["src"]).is_file(),
             f"{where}; put it at {spec['src']} or set checkpoint.src in the recipe (docs/checkpoints.md)")
     if spec.get("vocab"):
         rep.add("checkpoint vocabulary", spec["vocab"], Path(spec["vocab"]).exists(),
                 f"the vocabulary file or tokenizer folder the checkpoint needs "
-                f"({fmt.published_at or 'docs/checkpoints.md'}); put it at {spec['vocab']} or set checkpoint.vocab "
+                f"({published or 'docs/checkpoints.md'}); put it at {spec['vocab']} or set checkpoint.vocab "
                 f"in the recipe")
 
 
@@ -275,10 +281,32 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
     if cfg.get("checkpoint"):  # imported, not trained: the official file, and only the test split's features
         _check_checkpoint(rep, cfg["checkpoint"])
         info = {**info, "splits": info["splits"][2:]}
-    _check_features(rep, dataset, ds, info, config_dir)
+    _check_features(rep, dataset, ds, info, config_dir, cnn_in_checkpoint=bool(cfg.get("checkpoint")))
     _check_text(rep, cfg, dataset, config_dir)
     _check_tracking(rep, cfg)
     return rep
+
+
+def zoo_doctor(config_dir: str | Path = "config") -> list[Report]:
+    """:func:`doctor` of every model-zoo target (each recipe with a ``checkpoint:`` section, xmr.zoo): what each
+    still needs (the official file, its vocabulary, the test features or images). The ``_fr`` target of a model
+    needs the same files."""
+    from xmr.zoo import zoo_entries
+
+    return [doctor(e.dataset, e.name, config_dir) for e in zoo_entries(config_dir)]
+
+
+def format_zoo(reports: list[Report]) -> str:
+    """The zoo reports, then one line per target: ready, or the missing pieces by name."""
+    lines = [r.format() for r in reports] + ["", "model zoo:"]
+    width = max((len(f"results/{r.dataset}/{r.target}.json") for r in reports), default=0)
+    for r in reports:
+        target = f"results/{r.dataset}/{r.target}.json"
+        needs = "ready" if not r.missing else "needs " + ", ".join(n.what for n in r.missing)
+        lines.append(f"  {target:{width}}  {needs}" + (" (or the cheaper path in its report)" if r.cheaper else ""))
+    ready = sum(not r.missing for r in reports)
+    lines.append(f"{ready} of {len(reports)} zoo targets ready (each also as _fr.json)")
+    return "\n".join(lines)
 
 
 def _targets_by_dataset(targets: Iterable[str]) -> dict[str, list[str]]:

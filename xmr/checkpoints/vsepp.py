@@ -52,10 +52,12 @@ def precomputed_backbone(opt: dict, image_dim: int, src: Path) -> str | None:
     ``img_dim``) and the image layer's input size; ``None`` where they do not say (the import then asks for
     ``--set features.backbone=KEY``)."""
     data_name, cnn = str(opt.get("data_name", "")), str(opt.get("cnn_type", "vgg19"))
+    if not data_name.endswith("precomp"):
+        return None  # full-image files keep train.py's img_dim default (4096) whatever their CNN
     if int(opt.get("img_dim", image_dim)) != image_dim:
         raise XmrError(f"{src}: opt.img_dim = {opt.get('img_dim')} but img_enc.fc takes {image_dim}-d features; "
                        f"the file is inconsistent")
-    return PRECOMP_BACKBONES.get((cnn, image_dim)) if data_name.endswith("precomp") else None
+    return PRECOMP_BACKBONES.get((cnn, image_dim))
 
 
 def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
@@ -63,9 +65,8 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         raise XmrError(f"{src}: format vsepp takes no options (got {', '.join(options)}); the architecture is read "
                        f"from the checkpoint")
     img, txt, opt, extra = read_container(src)
-    if any(k.startswith("cnn.") for k in img):
-        raise XmrError(f"{src}: a VSE++ full-image model (cnn.* keys); xmr imports the precomputed-feature models "
-                       f"of vsepp so far (docs/checkpoints.md)")
+    # a full-image model (cnn.* keys): its CNN is read by xmr/checkpoints/vsepp_full.py, the rest as below
+    cnn = {k: img.pop(k) for k in [k for k in img if k.startswith("cnn.")]}
     if opt.get("measure", "cosine") != "cosine" or opt.get("use_abs") or opt.get("no_imgnorm"):
         raise XmrError(f"{src}: an order-embedding / no-norm variant (measure={opt.get('measure')}, use_abs="
                        f"{opt.get('use_abs')}, no_imgnorm={opt.get('no_imgnorm')}); xmr imports the cosine models")
@@ -92,6 +93,15 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
         config["features"] = {"source": "precomputed", "backbone": backbone}
     provenance = {**extra, "architecture": "precomputed features (fc) + one-directional GRU read at the last token",
                   "opt": plain_data(opt)}
+    if cnn:
+        from xmr.checkpoints.vsepp_full import read_full_image
+        from xmr.config import deep_merge
+
+        cnn_state, sections, full = read_full_image(cnn, opt, src)
+        state.update(cnn_state)
+        config = deep_merge(config, sections)
+        provenance.update(full, architecture="its CNN end to end, avgpool/fc7 -> l2norm -> fc + one-directional "
+                                             "GRU read at the last token")
     return ImportedModel("vsepp", config, state, image_dim, words, provenance)
 
 

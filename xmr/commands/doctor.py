@@ -4,15 +4,26 @@ HELP = "preflight: list what results/DATASET/TARGET.json needs, what is missing,
 
 
 def add_arguments(p):
-    p.add_argument("dataset", help="dataset name (config/datasets/NAME.yaml), e.g. coco")
+    p.add_argument("dataset", nargs="?", help="dataset name (config/datasets/NAME.yaml), e.g. coco")
     p.add_argument("target", nargs="?", help="results/DATASET/RECIPE[_RERANKER].json or RECIPE[_RERANKER]; "
                                              "without it, only the dataset's files and the tracking store")
+    p.add_argument("--zoo", action="store_true",
+                   help="every model-zoo target (recipes with a checkpoint: section, docs/model_zoo.md) instead")
     p.add_argument("--config-dir", default="config")
 
 
 def run(args):
-    from xmr.doctor import doctor
+    from xmr.doctor import doctor, format_zoo, zoo_doctor
+    from xmr.errors import XmrError
 
+    if args.zoo:
+        if args.dataset or args.target:
+            raise XmrError("doctor --zoo checks every zoo target; give no DATASET/TARGET with it")
+        reports = zoo_doctor(args.config_dir)
+        print(format_zoo(reports))
+        return 1 if any(r.missing for r in reports) else 0
+    if not args.dataset:
+        raise XmrError("doctor: give a DATASET (e.g. coco) and optionally a TARGET, or --zoo")
     rep = doctor(args.dataset, args.target, args.config_dir)
     print(rep.format())
     return 1 if rep.missing else 0

@@ -24,6 +24,12 @@ class VSEPP(RetrievalModel):
                 "residual_mlp": {"type": "boolean", "default": False},
                 "image_pool": {"enum": list(POOLS), "default": "mean"},
                 "text_pool": {"enum": list(POOLS), "default": "mean"},
+                # no default, so that the recipes' resolved configs stay as they were: absent = regions
+                "image_encoder": {"enum": ["regions", "full_image"],
+                                  "description": "regions (absent): fc on every region, then image_pool; "
+                                                 "full_image: VSE++'s EncoderImageFull on a backbone's output: "
+                                                 "image_pool first (the CNN's avgpool), l2-normalise the pooled "
+                                                 "vector, then fc (imported full-image checkpoints)"},
             }),
             "loss": strict_section({
                 "margin": {"type": "number", "minimum": 0, "default": 0.2},
@@ -43,8 +49,12 @@ class VSEPP(RetrievalModel):
         self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
         self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
         self.image_pool, self.text_pool = POOLS[m["image_pool"]], POOLS[m["text_pool"]]
+        self.full_image = m.get("image_encoder", "regions") == "full_image"
 
     def encode_image(self, feats, num_regions):
+        if self.full_image:  # l2norm(fc(l2norm(cnn(x)))): the normalisation sits between pooling and fc
+            pooled = F.normalize(self.image_pool(feats, num_regions), dim=-1)
+            return F.normalize(self.image_proj(pooled.unsqueeze(1)).squeeze(1), dim=-1)
         return F.normalize(self.image_pool(self.image_proj(feats), num_regions), dim=-1)
 
     def encode_text(self, batch):
