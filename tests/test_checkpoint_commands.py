@@ -47,11 +47,22 @@ def doc_commands(text: str, prefix: str) -> list[str]:
     return [ln.strip() for ln in lines if ln.strip().startswith(prefix)]
 
 
+#: the released file each format's fixture stands for (its --src folder in the doc): a format has several
+#: documented lines (VSE∞ region/grid, VSE++ precomputed/full-image), each proved by its own test
+DOCUMENTED_SRC = {"vse_infty": "coco_butd_region_bigru/", "vsepp": "runs/coco_vse++/", "pvse": "coco_pvse.pth",
+                  "pcme": "pcme_coco.pth"}
+
+
+def documented_imports(fmt: str | None = None) -> list[list[str]]:
+    """Every docs/checkpoints.md `xmr import-checkpoint --format ...` line (of ``fmt``), as argv."""
+    return [shlex.split(c) for c in doc_commands(DOC.read_text(), f"xmr import-checkpoint --format {fmt or ''}")]
+
+
 def documented_import(fmt: str) -> list[str]:
-    """The docs/checkpoints.md `xmr import-checkpoint --format FMT` line without a recipe, as argv."""
-    found = [c for c in doc_commands(DOC.read_text(), f"xmr import-checkpoint --format {fmt} ")]
-    assert len(found) == 1, f"docs/checkpoints.md should print one `xmr import-checkpoint --format {fmt}` line: {found}"
-    return shlex.split(found[0])
+    """The docs/checkpoints.md `xmr import-checkpoint --format FMT` line of the fixture's released file, as argv."""
+    found = [a for a in documented_imports(fmt) if a[a.index("--src") + 1].startswith(DOCUMENTED_SRC[fmt])]
+    assert len(found) == 1, f"docs/checkpoints.md should print one import line of {DOCUMENTED_SRC[fmt]}: {found}"
+    return found[0]
 
 
 def with_paths(argv: list[str], **paths: Path) -> list[str]:
@@ -198,9 +209,10 @@ def test_pcme_documented_command_on_captions_and_image_files(pcme_run, one_threa
 
 # -- no settings by hand, and the README synopsis --------------------------------------------------------------
 def test_no_documented_import_needs_set():
-    """Every documented import line of the four formats runs without --set: the file decides."""
-    for fmt in ("vse_infty", "vsepp", "pvse", "pcme"):
-        argv = documented_import(fmt)
+    """Every documented import line (all formats and variants) runs without --set: the file decides."""
+    lines = documented_imports()
+    assert {a[a.index("--format") + 1] for a in lines} == {"vse_infty", "vsepp", "pvse", "pcme"}
+    for argv in lines:
         assert "--set" not in argv and "--dataset" in argv, " ".join(argv)
 
 
