@@ -299,9 +299,9 @@ def zoo_doctor(config_dir: str | Path = "config") -> list[Report]:
 def format_zoo(reports: list[Report]) -> str:
     """The zoo reports, then one line per target: ready, or the missing pieces by name."""
     lines = [r.format() for r in reports] + ["", "model zoo:"]
-    width = max((len(f"results/{r.dataset}/{r.target}.json") for r in reports), default=0)
-    for r in reports:
-        target = f"results/{r.dataset}/{r.target}.json"
+    targets = [str(result_path(r.dataset, r.target)) for r in reports]
+    width = max(map(len, targets), default=0)
+    for r, target in zip(reports, targets):
         needs = "ready" if not r.missing else "needs " + ", ".join(n.what for n in r.missing)
         lines.append(f"  {target:{width}}  {needs}" + (" (or the cheaper path in its report)" if r.cheaper else ""))
     ready = sum(not r.missing for r in reports)

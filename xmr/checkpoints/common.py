@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import torch
 
 from xmr.errors import XmrError
+from xmr.features.backbones import TRUNK_INDEX
 from xmr.text.vocab import SPECIALS
 
 # the reference vocabulary pickles (PVSE/VSE++ ``vocab.py``): the class as pickled by ``python vocab.py`` or imported
@@ -20,8 +21,6 @@ REFERENCE_TOKENS = {"tokenizer": "nltk", "max_len": 512}
 # torchvision ResNet: blocks in layer3 -> architecture, and the xmr backbone key it runs as (config/backbones.yaml:
 # ResNet-152 preprocessed exactly as torchvision's Resize(256) + CenterCrop(224), the reference's test transform)
 RESNET_BY_LAYER3 = {36: ("resnet152", "resnet152_224_torchvision")}
-# xmr's TorchvisionGrid trunk: Sequential(conv1, bn1, relu, maxpool, layer1..layer4)
-TRUNK_INDEX = {"conv1": 0, "bn1": 1, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
 
 
 def option(options: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:

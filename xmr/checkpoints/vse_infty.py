@@ -32,7 +32,7 @@ import torch
 
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, map_encoders,
                                   plain_data, strip_prefix)
-from xmr.checkpoints.common import TRUNK_INDEX
+from xmr.features.backbones import TRUNK_INDEX
 from xmr.errors import XmrError
 
 PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README): folders "

@@ -15,6 +15,9 @@ from torch import nn
 from xmr.registry import Registry, import_submodules
 
 BACKBONES: Registry[Callable[[dict], "Backbone"]] = Registry("backbone")
+#: a ResNet trunk's Sequential(conv1, bn1, relu, maxpool, layer1..layer4) indices of the modules with weights (the
+#: torchvision and Caffe grids; checkpoint importers rename released keys by it)
+TRUNK_INDEX = {"conv1": 0, "bn1": 1, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
 
 
 class Backbone(nn.Module):

@@ -21,15 +21,13 @@ import torch
 from torch import nn
 
 from xmr.errors import XmrError
-from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions
+from xmr.features.backbones import BACKBONES, TRUNK_INDEX, Backbone, grid_to_regions
 from xmr.io import sha256_file
 
 #: blocks per stage
 CAFFE_RESNET_LAYERS = {"caffe_resnet101": (3, 4, 23, 3)}
 #: Caffe BGR pixel means in RGB order (normalise subtracts them per RGB channel; the forward then reverses channels)
 CAFFE_PIXEL_MEANS_RGB = (122.7717, 115.9465, 102.9801)
-#: the trunk's Sequential indices of the ResNet's modules (relu = 2, maxpool = 3 hold no weights)
-TRUNK_INDEX = {"conv1": 0, "bn1": 1, "layer1": 4, "layer2": 5, "layer3": 6, "layer4": 7}
 
 
 class CaffeBottleneck(nn.Module):
