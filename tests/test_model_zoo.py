@@ -139,8 +139,9 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
     assert lines["results/coco/vsepp_official_precomp.json"].split("  ", 2)[-1].strip() == (
         "needs annotation file, checkpoint (vsepp), checkpoint vocabulary, precomputed features test")
     assert "precomputed features test  data/coco/vsepp_precomp/testall_ims.npy" in r.stdout
-    assert ("rule import_precomputed then runs `xmr import-features --format scan --pooled --src data/coco/vsepp_precomp "
-            "--dataset coco --split test --out features/coco/vsepp_vgg19_precomp/test.h5`") in r.stdout
+    assert ("rule import_precomputed then runs `xmr import-features --format scan --pooled --src "
+            "data/coco/vsepp_precomp --dataset coco --split test --out features/coco/vsepp_vgg19_precomp/test.h5`"
+            ) in r.stdout
     assert "releases/download/v1.0.0/pcme_cutmix_coco.pth" in r.stdout  # the recipe's own download
     for rel in ("data/checkpoints/pvse/coco_pvse.pth", "data/checkpoints/pvse/vocab/coco_vocab.pkl",
                 "data/coco/dataset_coco.json", "data/coco/images/1.jpg"):

@@ -326,9 +326,9 @@ def precomputed_backbone_pattern(config_dir: str | Path = "config") -> str:
 def precomputed_import(dataset: str, backbone: str, split: str, out: str | None = None,
                        config_dir: str | Path = "config") -> tuple[dict[str, list[str]], str]:
     """Rule ``import_precomputed``: its inputs (the dataset's annotations, and the source split's ``_ims.npy`` when
-    it is there) and the entry's ``import_command`` as ``xmr`` arguments (writing ``out`` when given). A missing source is no
-    input, so that the target is still planned (``extract`` cannot make these features) and the job, running the
-    documented command, names the missing file."""
+    it is there) and the entry's ``import_command`` as ``xmr`` arguments (writing ``out`` when given). A missing
+    source is no input, so that the target is still planned (``extract`` cannot make these features) and the job,
+    running the documented command, names the missing file."""
     import shlex
 
     from xmr.config import load_backbone_config, load_dataset_config
