@@ -325,3 +325,20 @@ def test_roi_align_with_detector_boxes_keeps_min_to_max_boxes_inside_the_image(p
         assert (b[:, 0] >= 0).all() and (b[:, 2] <= 640 + 1e-3).all() and (b[:, 3] <= 427 + 1e-3).all()
         assert (b[:, 2] >= b[:, 0]).all() and (b[:, 3] >= b[:, 1]).all()
     assert ff.attrs["weights_sha256"] == "random-init+random-init" and ff.attrs["resize"] == "shorter_side"
+
+
+def test_a_precomputed_only_backbone_is_refused_naming_its_import_command(tmp_path):
+    """VSE++'s released VGG19 vectors have no extractor: `xmr extract` stops before reading the dataset (none is
+    there), with one line giving config/backbones.yaml's import_command for this dataset, split and --out, and
+    writes nothing; the workflow runs that command (rule import_precomputed) instead."""
+    from tests.conftest import run_xmr
+
+    out = tmp_path / "features" / "coco" / "vsepp_vgg19_precomp" / "test.h5"
+    r = run_xmr("extract", "--dataset", "coco", "--backbone", "vsepp_vgg19_precomp", "--split", "test",
+                "--out", out, "--config-dir", REPO / "config", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "xmr extract: error: backbone vsepp_vgg19_precomp: these features were precomputed by the authors and "
+        "cannot be extracted here; import them: xmr import-features --format scan --pooled --src "
+        f"data/coco/vsepp_precomp --dataset coco --split test --out {out}")
+    assert not any(tmp_path.rglob("*.h5*"))

@@ -15,11 +15,16 @@ from xmr.zoo import zoo_entries
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config"
 
-# the released image-text models of ../shared/notes/checkpoints.md that this branch imports (VSE∞ grid models:
-# their own recipes); format of each
+# the released image-text models of ../shared/notes/checkpoints.md (all 10 VSE∞ models; VSE++'s precomputed-VGG19
+# and full-image runs; PVSE K = 2 and K = 1; both PCME files); format of each
 RELEASED = {
     ("coco", "vse_inf_official_bigru"): "vse_infty", ("f30k", "vse_inf_official_bigru"): "vse_infty",
     ("coco", "vse_inf_official_bert"): "vse_infty", ("f30k", "vse_inf_official_bert"): "vse_infty",
+    ("coco", "vse_inf_official_butd_grid_bigru"): "vse_infty",
+    ("f30k", "vse_inf_official_butd_grid_bigru"): "vse_infty",
+    ("coco", "vse_inf_official_butd_grid_bert"): "vse_infty", ("f30k", "vse_inf_official_butd_grid_bert"): "vse_infty",
+    ("coco", "vse_inf_official_wsl_grid_bert"): "vse_infty", ("f30k", "vse_inf_official_wsl_grid_bert"): "vse_infty",
+    ("coco", "vsepp_official_precomp"): "vsepp", ("f30k", "vsepp_official_precomp"): "vsepp",
     ("coco", "vsepp_official_resnet152"): "vsepp", ("f30k", "vsepp_official_resnet152"): "vsepp",
     ("coco", "vsepp_official_vgg19"): "vsepp", ("f30k", "vsepp_official_vgg19"): "vsepp",
     ("coco", "pvse_official"): "pvse", ("coco", "pvse_official_k1"): "pvse",
@@ -129,6 +134,14 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
         "needs annotation file, checkpoint (pvse), checkpoint vocabulary, images")
     assert "needs annotation file, checkpoint (pcme), images" in lines["results/coco/pcme_official.json"]
     assert "resnet152-f82ba261.pth" not in r.stdout  # the CNN comes from the checkpoint
+    # VSE++'s VGG19 vectors cannot be extracted: the authors' file is asked for (COCO test = SCAN's testall), with
+    # the import command rule import_precomputed runs, and no images nor extractor
+    assert lines["results/coco/vsepp_official_precomp.json"].split("  ", 2)[-1].strip() == (
+        "needs annotation file, checkpoint (vsepp), checkpoint vocabulary, precomputed features test")
+    assert "precomputed features test  data/coco/vsepp_precomp/testall_ims.npy" in r.stdout
+    assert ("rule import_precomputed then runs `xmr import-features --format scan --pooled --src "
+            "data/coco/vsepp_precomp --dataset coco --split test --out features/coco/vsepp_vgg19_precomp/test.h5`"
+            ) in r.stdout
     assert "releases/download/v1.0.0/pcme_cutmix_coco.pth" in r.stdout  # the recipe's own download
     for rel in ("data/checkpoints/pvse/coco_pvse.pth", "data/checkpoints/pvse/vocab/coco_vocab.pkl",
                 "data/coco/dataset_coco.json", "data/coco/images/1.jpg"):

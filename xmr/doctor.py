@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,10 +157,30 @@ def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
                 note=f"for backbone {key}")
 
 
+def _check_precomputed(rep: Report, dataset: str, ds: dict, key: str, split: str, h5: str,
+                       config_dir: str | Path) -> None:
+    """Features of a precomputed-only backbone: rule import_precomputed runs the entry's import_command on the
+    authors' vectors; nothing else can make them."""
+    from xmr.config import load_backbone_config
+    from xmr.features.backbones.precomputed import import_argv, import_source
+    from xmr.features.importers import scan_source_split
+
+    bb = load_backbone_config(key, config_dir)
+    command = "xmr " + shlex.join(import_argv(bb, dataset, split, h5))
+    src = import_source(bb, dataset, split)
+    ims = Path(src or ".") / f"{scan_source_split(ds, split)}_ims.npy"
+    if src and ims.exists():
+        rep.add(f"features {split}", h5, True, note=f"imported from {ims} by rule import_precomputed", by_rule=True)
+        return
+    rep.add(f"precomputed features {split}", ims if src else h5, False,
+            f"{key} cannot be extracted: get the authors' vectors ({bb.get('description', key)}) into "
+            f"{src or 'a folder'}/; rule import_precomputed then runs `{command}`")
+
+
 def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path,
                     cnn_in_checkpoint: bool = False) -> None:
     from xmr.features.importers import scan_source_split
-    from xmr.workflow_inputs import image_inputs
+    from xmr.workflow_inputs import image_inputs, precomputed_backbones
 
     if info["source"] == "images":  # end to end: images + the backbone's weights
         _check_dataset(rep, ds, need_images=True)
@@ -173,6 +194,9 @@ def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir:
     for split, h5 in zip(info["splits"], image_inputs(dataset, info, info["splits"])):
         if Path(h5).exists():
             rep.add(f"features {split}", h5, True)
+            continue
+        if info["backbone"] in precomputed_backbones(config_dir):  # no extractor: only the authors' vectors
+            _check_precomputed(rep, dataset, ds, info["backbone"], split, h5, config_dir)
             continue
         if info["backbone"] in SCAN_BACKBONES:
             src = scan_source_split(ds, split)

@@ -303,3 +303,45 @@ def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "confi
         if spec.get(key) and Path(spec[key]).is_file():  # a tokenizer folder is no Snakemake input either
             out[key] = str(spec[key])
     return out
+
+
+# --- features the authors precomputed (config/backbones.yaml name: precomputed) ---------------------------------
+
+def precomputed_backbones(config_dir: str | Path = "config") -> list[str]:
+    """Keys of config/backbones.yaml whose features only ``xmr import-features`` can make (no extractor)."""
+    from xmr.config import load_yaml
+
+    return sorted(k for k, v in (load_yaml(Path(config_dir) / "backbones.yaml") or {}).items()
+                  if isinstance(v, dict) and v.get("name") == "precomputed")
+
+
+def precomputed_backbone_pattern(config_dir: str | Path = "config") -> str:
+    """The ``backbone`` wildcard of rule ``import_precomputed``: exactly :func:`precomputed_backbones`."""
+    import re
+
+    names = precomputed_backbones(config_dir)
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def precomputed_import(dataset: str, backbone: str, split: str, out: str | None = None,
+                       config_dir: str | Path = "config") -> tuple[dict[str, list[str]], str]:
+    """Rule ``import_precomputed``: its inputs (the dataset's annotations, and the source split's ``_ims.npy`` when
+    it is there) and the entry's ``import_command`` as ``xmr`` arguments (writing ``out`` when given). A missing
+    source is no input, so that the target is still planned (``extract`` cannot make these features) and the job,
+    running the documented command, names the missing file."""
+    import shlex
+
+    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.features.backbones.precomputed import import_argv, import_source
+    from xmr.features.importers import scan_source_split
+
+    bb = load_backbone_config(backbone, config_dir)
+    ds = load_dataset_config(dataset, config_dir)
+    annotations = ds.get("annotations") or []
+    inputs = {"annotations": [annotations] if isinstance(annotations, str) else list(annotations)}
+    src = import_source(bb, dataset, split)
+    if src:
+        ims = Path(src) / f"{scan_source_split(ds, split)}_ims.npy"
+        if ims.is_file():
+            inputs["ims"] = [str(ims)]
+    return inputs, shlex.join(import_argv(bb, dataset, split, out))

@@ -8,6 +8,7 @@ from xmr.tracking import warn_cluster_sqlite
 from xmr.jobs import job_resource, train_job
 from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
 from xmr.workflow_inputs import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
+                                 precomputed_backbone_pattern, precomputed_import,
                                  parse_result, rerank_inputs, rerank_options, run_config, run_inputs, run_split_inputs,
                                  validate_workflow_config)
 

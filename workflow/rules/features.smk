@@ -56,3 +56,25 @@ rule import_scan:
     shell:
         "{XMR} import-features --format scan --src data/{wildcards.dataset}/precomp --dataset {wildcards.dataset}"
         " --split {wildcards.split} --out {output} --no-progress > {log} 2>&1"
+
+
+# Features the authors precomputed and released (config/backbones.yaml `name: precomputed`, e.g. VSE++'s VGG19
+# `*_precomp` vectors): nothing can extract them, so they are always made by the entry's `import_command`
+# (`xmr import-features`), never planned as `extract`.
+ruleorder: import_precomputed > extract
+
+
+rule import_precomputed:
+    input:
+        unpack(lambda wc: precomputed_import(wc.dataset, wc.backbone, wc.split)[0]),
+    output:
+        f"{{fdir}}/{{dataset}}/{{backbone,{precomputed_backbone_pattern()}}}/{{split}}.h5",
+    params:
+        args=lambda wc, output: precomputed_import(wc.dataset, wc.backbone, wc.split, output[0])[1],
+    log:
+        "logs/import/{fdir}/{dataset}_{backbone}_{split}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("extract", "runtime"),
+    shell:
+        "{XMR} {params.args} --no-progress > {log} 2>&1"

@@ -20,8 +20,12 @@ def run(args):
     from xmr.data import load_split
     from xmr.features.extract import extract_features
 
-    ds = load_dataset_config(args.dataset, args.config_dir)
     bb = load_backbone_config(args.backbone, args.config_dir)
+    if bb["name"] == "precomputed":  # before the dataset is read: nothing here can make these features
+        from xmr.features.backbones.precomputed import not_extractable
+
+        raise not_extractable(bb, args.dataset, args.split, args.out)
+    ds = load_dataset_config(args.dataset, args.config_dir)
     split = load_split(ds, args.split)
     out = extract_features(split, bb, args.out, batch_size=args.batch_size or bb["batch_size"],
                            workers=args.workers, dtype=bb["dtype"], device=args.device,
