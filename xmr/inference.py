@@ -79,10 +79,10 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
                  checkpoint: str | os.PathLike | None = None) -> tuple[RetrievalModel, dict]:
     """(model in eval mode on ``device``, resolved config) from a finished run directory (``best.pt``, or
     ``checkpoint`` when given). Only the weights are read: no optimizer state."""
-    from xmr.config import load_yaml
+    from xmr.run_config import load_saved_config
 
     run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
+    cfg = load_saved_config(run_dir)
     ck = load_checkpoint(checkpoint or run_dir / "best.pt", device)
     # an end-to-end run's backbone weights and the word embeddings are in the checkpoint: no pretrained file read
     build_cfg = {**cfg, "text": text_cfg_for_checkpoint(cfg["text"], ck["model"])}

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from xmr.layout import tracked_result_name
-from xmr.config import load_yaml
 from xmr.errors import XmrError
 from xmr.io import read_json, write_json
 from xmr.tracking import Tracker, metrics_to_flat
@@ -22,9 +21,10 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py)."""
     from xmr.evaluation import evaluate_sims
     from xmr.evaluation.spread import similarity_spread
+    from xmr.run_config import load_saved_config  # imports the methods (their schemas): not at module level
 
     run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
+    cfg = load_saved_config(run_dir)
     if not Path(sims_path).exists():
         raise XmrError(f"{sims_path}: similarity matrix not found; run `xmr score --run {run_dir}` first")
     sims = np.load(sims_path)

@@ -1,4 +1,6 @@
-"""The run config: a recipe (``extends:`` resolved, ``--set`` overrides applied) validated against the run schema
+"""The run config: from a recipe (:func:`load_run_config`) or from a run directory (:func:`load_saved_config`).
+
+A recipe (``extends:`` resolved, ``--set`` overrides applied) validated against the run schema
 and then against its method's own schema, where the methods are registered (so the generic YAML machinery of
 :mod:`xmr.config` never imports the methods), with its dataset and backbone configs attached."""
 
@@ -12,7 +14,7 @@ import copy
 from functools import lru_cache
 
 from xmr.config import (_load_with_extends, apply_overrides, deep_merge, find_config_dir, load_backbone_config,
-                        load_dataset_config, load_schema, validate)
+                        load_dataset_config, load_schema, load_yaml, validate)
 from xmr.errors import XmrError
 from xmr.methods import METHODS
 
@@ -36,6 +38,15 @@ def _run_schema(encoders: tuple[str, ...], similarities: tuple[str, ...]) -> dic
     return schema
 
 
+def _validate_run(cfg: dict, src: str) -> dict:
+    """``cfg`` validated (defaults filled) against the run schema and then its method's schema."""
+    validate(cfg, run_schema(), src)
+    if cfg["method"] not in METHODS:
+        raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
+                       f"{', '.join(METHODS.names())}")
+    return validate(cfg, METHODS.get(cfg["method"]).schema, src)
+
+
 def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None) -> dict:
     """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``. ``sections``
     (nested dict, e.g. what an imported checkpoint fixes) are merged over the file and the overrides before
@@ -45,15 +56,40 @@ def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sect
     if sections:
         cfg = deep_merge(cfg, sections)
     cfg.setdefault("name", path.stem)
-    src = str(path)
-    validate(cfg, run_schema(), src)
-    if cfg["method"] not in METHODS:
-        raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
-                       f"{', '.join(METHODS.names())}")
-    method = METHODS.get(cfg["method"])
-    validate(cfg, method.schema, src)
+    _validate_run(cfg, str(path))
     config_dir = find_config_dir(path.resolve().parent)
     cfg["dataset_cfg"] = load_dataset_config(cfg["dataset"], config_dir)
     if cfg.get("features", {}).get("backbone"):
         cfg["backbone_cfg"] = load_backbone_config(cfg["features"]["backbone"], config_dir)
+    return cfg
+
+
+# -- saved runs ------------------------------------------------------------------------------------------------
+
+#: the resolved config a run directory holds (written by the trainer and by ``xmr import-checkpoint``)
+SAVED_CONFIG = "config.yaml"
+
+
+def load_saved_config(run_dir: str | os.PathLike) -> dict:
+    """The resolved config of a run directory, as today's version reads it: ``config.yaml`` re-validated against
+    today's run, method, dataset and backbone schemas, so that a key added since the run was written gets its
+    default (a run directory outlives the version that wrote it). The one reader of a saved ``config.yaml``."""
+    path = Path(run_dir) / SAVED_CONFIG
+    if not path.is_file():
+        raise XmrError(f"{path}: not found; {run_dir} is not a run directory (train it with `xmr train`, or "
+                       f"import one with `xmr import-checkpoint`)")
+    cfg = load_yaml(path)
+    if not isinstance(cfg, dict):
+        raise XmrError(f"{path}: not a run config (a mapping of sections); was it written by `xmr train`?")
+    dataset_cfg, backbone_cfg = cfg.pop("dataset_cfg", None), cfg.pop("backbone_cfg", None)
+    if not isinstance(dataset_cfg, dict):
+        raise XmrError(f"{path}: no dataset_cfg section; a run directory's config.yaml holds its resolved dataset "
+                       f"config (rerun `xmr train` or `xmr import-checkpoint` for it)")
+    _validate_run(cfg, str(path))
+    cfg["dataset_cfg"] = validate(dataset_cfg, "dataset", f"{path}: dataset_cfg")
+    if backbone_cfg is not None:
+        key = backbone_cfg.pop("key", None)  # added by load_backbone_config after validation
+        cfg["backbone_cfg"] = validate(backbone_cfg, "backbone", f"{path}: backbone_cfg")
+        if key is not None:
+            cfg["backbone_cfg"]["key"] = key
     return cfg

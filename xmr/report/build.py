@@ -444,7 +444,7 @@ def render_html(report: Report) -> str:
 def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
     """Log each figure to the MLflow run of the run it was made from (``mlflow_run_id`` in its train.json), and the
     report files plus every figure to a run named ``report`` in each dataset's experiment. Returns what was done."""
-    from xmr.config import load_yaml
+    from xmr.run_config import load_saved_config
     from xmr.tracking import Tracker
 
     done = []
@@ -458,8 +458,8 @@ def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
         if not info_path.exists():
             continue
         info = read_json(info_path)
-        cfg = load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
-        if not info.get("mlflow_run_id") or not cfg.get("tracking", {}).get("enabled", True):
+        cfg = load_saved_config(run_dir) if (run_dir / "config.yaml").exists() else None
+        if not info.get("mlflow_run_id") or (cfg is not None and not cfg["tracking"]["enabled"]):
             continue
         try:
             with tracker.run(info["experiment"], info.get("recipe", run_dir.name), run_id=info["mlflow_run_id"]):

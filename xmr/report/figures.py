@@ -191,11 +191,11 @@ def retrieval_examples(run_dir: str | os.PathLike, sims_path: str | os.PathLike,
                        queries: int = 2, top_k: int = 5, seed: int = 0, split: str | None = None) -> dict[str, str]:
     """``examples_t2i.png`` and ``examples_i2t.png`` in ``out_dir`` from a run's similarity matrix and its dataset's
     images; returns {direction: path}. Raises XmrError when the images are not on disk."""
-    from xmr.config import load_yaml
     from xmr.data import load_split
+    from xmr.run_config import load_saved_config
 
     run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
+    cfg = load_saved_config(run_dir)
     ds = cfg["dataset_cfg"]
     data = load_split(ds, split or ds["test_split"])
     sims = np.load(sims_path)

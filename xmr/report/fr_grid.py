@@ -160,12 +160,13 @@ def run_fr_grid(run_dir: str | os.PathLike, sims_path: str | os.PathLike, gammas
     ``split`` (default: the test split) only matters for class labels (CUB). ``protocol`` defaults to the
     dataset's headline protocol when the matrix has the shape it needs, else ``plain`` (e.g. a validation split).
     """
-    from xmr.config import load_yaml, rerank_params
+    from xmr.config import rerank_params
     from xmr.evaluation import PROTOCOLS
     from xmr.io import atomic_path, write_json
+    from xmr.run_config import load_saved_config
 
     run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
+    cfg = load_saved_config(run_dir)
     if not Path(sims_path).exists():
         raise XmrError(f"{sims_path}: similarity matrix not found; run `xmr score --run {run_dir}"
                        f"{' --split ' + split if split else ''}` first")
