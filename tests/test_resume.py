@@ -72,6 +72,6 @@ def test_changed_training_features_start_the_run_over(tiny_synth, tmp_path, caps
         f["features"][0] = f["features"][0] * 2  # one image's features change
     train(cfg, out, progress=False)
     printed = capsys.readouterr().out
-    assert f"{out / 'last.pt'} was trained with other input files (training features or annotations): starting over" \
+    assert f"{out / 'last.pt'} was trained with other input files (training features, text features, backbone weights or annotations): starting over" \
         in printed
     assert "resuming" not in printed

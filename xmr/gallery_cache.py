@@ -21,26 +21,16 @@ import numpy as np
 
 from xmr.errors import XmrError
 from xmr.io import atomic_path, sha256_file
-from xmr.layout import feature_path, gallery_cache_file
+from xmr.layout import gallery_cache_file
+from xmr.run_inputs import RunInputs
 
 FORMAT = 1
 
 
 def input_files(cfg: dict, split: str) -> dict[str, Path]:
-    """The files a run's embeddings of ``split`` are made from, besides its checkpoint and config."""
-    files: dict[str, Path] = {}
-    if cfg["features"].get("source", "precomputed") != "images":
-        files["image_features"] = feature_path(cfg, split)
-    if cfg["text"].get("encoder") == "precomputed":
-        from xmr.models.text_precomputed import text_features_dir
-
-        where = text_features_dir(cfg)
-        if where is not None:
-            files["text_features"] = Path(where) / f"{split}.h5"
-    ann = cfg["dataset_cfg"].get("annotations") or []
-    for i, path in enumerate([ann] if isinstance(ann, str) else ann):
-        files[f"annotations_{i}"] = Path(path)
-    return files
+    """The files a run's embeddings of ``split`` are made from, besides its checkpoint and config
+    (:class:`xmr.run_inputs.RunInputs`)."""
+    return RunInputs.of(cfg, split).files()
 
 
 def cache_key(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, str] | None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xmr.errors import XmrError
+from xmr.run_inputs import feature_file, feature_path  # noqa: F401 - feature files: named in xmr.run_inputs
 
 RUNS_ROOT = "runs"
 RESULTS_ROOT = "results"
@@ -50,16 +51,6 @@ def method_names() -> list[str]:
 
 def method_config_path(method: str, config_dir: str | Path = "config") -> Path:
     return Path(config_dir) / "methods" / f"{method}.yaml"
-
-
-def feature_file(features_dir: str | os.PathLike, dataset: str, backbone: str, split: str) -> Path:
-    """``{features_dir}/{dataset}/{backbone}/{split}.h5``: shared by every method using that backbone."""
-    return Path(features_dir) / dataset / backbone / f"{split}.h5"
-
-
-def feature_path(cfg: dict, split: str) -> Path:
-    """:func:`feature_file` of a resolved run config."""
-    return feature_file(cfg["features"]["dir"], cfg["dataset"], cfg["features"]["backbone"], split)
 
 
 def run_dir(dataset: str, recipe: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:

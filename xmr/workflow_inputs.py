@@ -113,7 +113,8 @@ def features_info(cfg: dict) -> dict:
 
 
 def image_inputs(dataset: str, info: dict, splits: list[str]) -> list[str]:
-    """The files the image side of ``splits`` is read from, for a :func:`features_info` ``info``: the feature
+    """The files the image side of ``splits`` is read from, for a :func:`features_info` ``info`` (``xmr doctor``;
+    a run's own inputs come from :func:`split_inputs`, which agrees with this): the feature
     files ``{dir}/{dataset}/{backbone}/{split}.h5``, or, end to end (``features.source: images``), the dataset's
     annotation file(s) (the image files are checked when training starts, as ``xmr extract`` does)."""
     if info.get("source") == "images":
@@ -128,17 +129,22 @@ def stage_splits(info: dict, stage: str | list[str]) -> list[str]:
     return named.get(stage, [stage]) if isinstance(stage, str) else list(stage)
 
 
+def split_inputs(cfg: dict, splits: list[str]) -> dict[str, list[str]]:
+    """The image side and the precomputed text features of ``splits`` (:class:`xmr.run_inputs.RunInputs`, the
+    record the trainer's resume digest and the gallery cache use too), each file once."""
+    from xmr.run_inputs import RunInputs
+
+    records = [RunInputs.of(cfg, s) for s in splits]
+    images = [str(p) for r in records for p in r.image_side()]
+    return {"images": list(dict.fromkeys(images)),
+            "text_features": [str(r.text_features) for r in records if r.text_features is not None]}
+
+
 def text_feature_files(cfg: dict) -> dict[str, list[str]]:
     """Precomputed text-feature files a run needs: ``train`` (train + val split files) and ``score`` (test split
     file); empty lists when the run uses no precomputed text features."""
-    from xmr.models.text_precomputed import with_text_features_dir
-
-    if cfg["text"].get("encoder") != "precomputed":
-        return {"train": [], "score": []}
-    where = with_text_features_dir(cfg)["features_dir"]
-    ds = cfg["dataset_cfg"]
-    return {"train": [f"{where}/train.h5", f"{where}/{ds['val_split']}.h5"],
-            "score": [f"{where}/{ds['test_split']}.h5"]}
+    info = features_info(cfg)
+    return {stage: split_inputs(cfg, stage_splits(info, stage))["text_features"] for stage in ("train", "score")}
 
 
 def run_inputs(key: RunKey, stage: str, config_dir: str | Path = "config", cfg: dict | None = None
@@ -147,9 +153,7 @@ def run_inputs(key: RunKey, stage: str, config_dir: str | Path = "config", cfg: 
     the image side (features or annotations) and the precomputed text features of the splits it reads.
     ``cfg``: the run's resolved config when the caller has it (the workflow resolves each run once)."""
     cfg = cfg or run_config(key, config_dir=config_dir)
-    info = features_info(cfg)
-    out = {"images": image_inputs(key.dataset, info, stage_splits(info, stage)),
-           "text_features": text_feature_files(cfg)[stage if stage in ("train", "score") else "score"]}
+    out = split_inputs(cfg, stage_splits(features_info(cfg), stage))
     if stage == "train":
         out["config"] = run_config_files(key, config_dir)
     return out
@@ -161,10 +165,7 @@ def run_split_inputs(key: RunKey, split: str, config_dir: str | Path = "config",
     validation/test splits, any other name a split itself."""
     cfg = cfg or run_config(key, config_dir=config_dir)
     info = features_info(cfg)
-    name = {"val": info["splits"][1], "test": info["splits"][2]}.get(split, split)
-    text = text_feature_files(cfg)
-    return {"images": image_inputs(key.dataset, info, [name]),
-            "text_features": [f for f in text["train"] + text["score"] if Path(f).stem == name]}
+    return split_inputs(cfg, [{"val": info["splits"][1], "test": info["splits"][2]}.get(split, split)])
 
 
 def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict:
@@ -175,8 +176,8 @@ def recipe_features(dataset: str, recipe: str, config_dir: str | Path = "config"
 def recipe_image_inputs(dataset: str, recipe: str, splits: list[str] | str,
                         config_dir: str | Path = "config") -> list[str]:
     """:func:`image_inputs` of a recipe (``splits`` as :func:`stage_splits` takes them)."""
-    info = recipe_features(dataset, recipe, config_dir)
-    return image_inputs(dataset, info, stage_splits(info, splits))
+    cfg = run_config(RunKey.recipe(dataset, recipe), config_dir=config_dir)
+    return split_inputs(cfg, stage_splits(features_info(cfg), splits))["images"]
 
 
 def recipe_text_feature_files(dataset: str, recipe: str, config_dir: str | Path = "config") -> dict[str, list[str]]:

@@ -33,13 +33,9 @@ from torch import nn
 from xmr.errors import XmrError
 from xmr.features.backbones import BACKBONES, Backbone, build_backbone
 from xmr.features.extract import input_settings, normalise
+from xmr.run_inputs import is_end_to_end  # noqa: F401 - decided once, in xmr.run_inputs; imported from here too
 
 IMAGE_SOURCES = ("precomputed", "images")
-
-
-def is_end_to_end(cfg: dict) -> bool:
-    """True when the run trains from image files through a backbone (``features.source: images``)."""
-    return cfg.get("features", {}).get("source", "precomputed") == "images"
 
 
 def _backbone_class(cfg: dict, src: str):

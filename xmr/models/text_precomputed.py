@@ -16,19 +16,9 @@ import torch
 
 from xmr.errors import XmrError
 from xmr.models.text import TEXT_ENCODERS, TextEncoder
+from xmr.run_inputs import text_features_dir
 
 IN_MEMORY_BYTES = 4 * 2**30  # smaller files are read once into RAM; larger ones row by row from HDF5
-
-
-def text_features_dir(cfg: dict) -> Path | None:
-    """``text.features_dir`` or ``{features.dir}/{dataset}/{features.text}``; None when no kind is named."""
-    explicit = cfg.get("text", {}).get("features_dir")
-    if explicit:
-        return Path(explicit)
-    kind = cfg.get("features", {}).get("text")
-    if not kind:
-        return None
-    return Path(cfg["features"].get("dir", "features")) / cfg["dataset"] / kind
 
 
 def with_text_features_dir(cfg: dict) -> dict:

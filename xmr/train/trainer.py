@@ -36,13 +36,13 @@ from xmr.evaluation import evaluate_sims
 from xmr.evaluation.spread import similarity_spread
 from xmr.inference import _to, build_model, encode_split
 from xmr.io import (atomic_path, check_writable_dir, fault_point, load_checkpoint, remove_stale_temps, save_checkpoint,
-                    sha256_file, write_json)
-from xmr.layout import feature_path
+                    write_json)
 from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
 from xmr.methods import METHODS, RetrievalModel
 from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
+from xmr.run_inputs import RunInputs
 from xmr.rundir import process_run_lock
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
@@ -85,20 +85,12 @@ def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
 
 
 def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dict[str, str]]:
-    """Hash of what the run reads besides its config: the training feature store (end to end: the backbone
-    weights) and the dataset's annotation files, so that a run never resumes onto inputs that changed since
-    last.pt was written (Snakemake reruns a training when its features change, and last.pt is not one of the
-    outputs it deletes). Also returns the parts, for the run's tags."""
-    parts = {}
-    if e2e:
-        parts["backbone_weights_sha256"] = model.image_backbone.net.weights_sha256
-    else:
-        parts["features_sha256"] = sha256_file(feature_path(cfg, "train"))
-    ann = cfg["dataset_cfg"].get("annotations") or []
-    for i, path in enumerate([ann] if isinstance(ann, str) else ann):
-        if Path(path).is_file():
-            parts[f"annotations_{i}_sha256"] = sha256_file(path)
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest(), parts
+    """Hash of what the run reads besides its config (:class:`xmr.run_inputs.RunInputs` of the training split:
+    features or, end to end, the backbone weights; precomputed text features; annotations), so that a run never
+    resumes onto inputs that changed since last.pt was written (Snakemake reruns a training when its inputs change,
+    and last.pt is not one of the outputs it deletes). Also returns the parts, for the run's tags."""
+    weights = model.image_backbone.net.weights_sha256 if e2e else None
+    return RunInputs.of(cfg, "train").digest(weights)
 
 
 def config_digest(cfg: dict) -> str:
@@ -357,7 +349,7 @@ def resume_state(run: TrainRun, resume: bool) -> tuple[TrainState, bool]:
     if written is None:
         return TrainState(), resume
     why = ("a different config" if written.get("config_sha256") != run.config_sha
-           else "other input files (training features or annotations)"
+           else "other input files (training features, text features, backbone weights or annotations)"
            if written.get("inputs_sha256") != run.inputs_sha else None)
     if why:
         if ctx.is_main:  # always said: a restart must be visible in logs
