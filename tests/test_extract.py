@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from conftest import SAMPLE_PHOTOS
-from xmr.config import load_backbone_config
+from xmr.config import load_backbone_config, validate
 from xmr.data import load_split
 from xmr.errors import XmrError
 from xmr.features.backbones import build_backbone
@@ -38,7 +38,8 @@ def photos(tmp_path_factory):
 
 
 def _bb(name, **kw):
-    return {"name": name, "key": name, **kw}
+    """A backbone config as config/backbones.yaml gives one: validated, schema defaults filled."""
+    return validate({"name": name, "key": name, **kw}, "backbone", f"test backbone {name}")
 
 
 def test_every_configured_backbone_validates():

@@ -291,7 +291,9 @@ def test_figures_are_logged_to_their_mlflow_runs(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "synth" / "m"
     run.mkdir(parents=True)
     (run / "train.json").write_text(json.dumps({"mlflow_run_id": run_id, "experiment": "xmr/synth", "recipe": "m"}))
-    (run / "config.yaml").write_text(yaml.safe_dump({"tracking": {"enabled": True}}))
+    saved = yaml.safe_load((Path(__file__).parent / "fixtures" / "old_run" / "vsepp" / "config.yaml").read_text())
+    saved["tracking"]["enabled"] = True  # a run's config.yaml, as the trainer writes it, with tracking on
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
     png = tmp_path / "curves.png"
     plot_training_curves({"m": [{"epoch": 1.0, "loss": 2.0, "val_rsum": 10.0}]}, png)
     page = tmp_path / "report.html"

@@ -1,4 +1,4 @@
-"""One writer per run directory (xmr/rundir.py): a second `xmr train` on a live run exits in one line naming the
+"""One writer per run directory (xmr/run_lock.py): a second `xmr train` on a live run exits in one line naming the
 holder; a lock file left by a killed writer is taken over with a log line; DDP takes one lock per training."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from xmr.errors import XmrError
-from xmr.rundir import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
+from xmr.run_lock import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
 
 REPO = Path(__file__).resolve().parents[1]
-HOLD = ("import sys, time; from xmr.rundir import RunLock; RunLock(sys.argv[1]).acquire(); "
+HOLD = ("import sys, time; from xmr.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)")
 
 

@@ -170,6 +170,41 @@ def require_file(path: str | os.PathLike, hint: str) -> Path:
     return path
 
 
+# -- arrays -------------------------------------------------------------------------------------------------------
+
+def load_array(path: str | os.PathLike, what: str, numeric: bool = True) -> Any:
+    """A ``.npy`` file as an array; anything else (empty, not .npy, pickled objects, cut short, text/complex
+    values where numbers are needed) is a one-line XmrError naming the file and the defect. NaN/inf and shapes
+    are checked by the library call that uses the array (one message for CLI and Python callers)."""
+    import numpy as np
+
+    p = require_file(path, f"give the {what} as a .npy file")
+    if p.is_dir():
+        raise XmrError(f"{path}: is a directory; give the {what} as a .npy file")
+    if p.stat().st_size == 0:
+        raise XmrError(f"{path}: empty file (0 bytes); write the {what} with numpy.save")
+    with open(p, "rb") as f:
+        magic = f.read(6)
+    if magic != b"\x93NUMPY":  # np.load would try unpickling anything without the header
+        kind = "a .npz/zip archive" if magic[:2] == b"PK" else "no NumPy .npy header (text or another format?)"
+        raise XmrError(f"{path}: not a .npy file ({kind}); write the {what} with numpy.save")
+    try:
+        a = np.load(Path(path), allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e) or "Object arrays" in str(e):
+            raise XmrError(f"{path}: holds pickled (object) data, not a numeric array; save the {what} as a "
+                           f"plain numpy array") from None
+        raise XmrError(f"{path}: cannot read {what} (cut short or damaged .npy: {e}); write it again") from None
+    except (OSError, EOFError) as e:
+        raise XmrError(f"{path}: cannot read {what} (cut short or damaged .npy: {e}); write it again") from None
+    if numeric:
+        if a.dtype.kind == "c":
+            raise XmrError(f"{path}: the {what} holds complex numbers ({a.dtype}); give real values")
+        if a.dtype.kind not in "biuf":
+            raise XmrError(f"{path}: the {what} has dtype {a.dtype}; expected real numbers (float or int)")
+    return a
+
+
 # -- checkpoints: tensors and plain data only, so they load with torch.load(weights_only=True) ----------------
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:

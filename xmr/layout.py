@@ -17,7 +17,7 @@ experiments, the benchmark, the report and ``xmr doctor`` ask it; nothing else b
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
 - features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
 - in a run directory: ``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ``gallery_{split}.npz`` (the
-  embeddings cache of ``xmr score``), ``train.lock`` (its one writer, :mod:`xmr.rundir`).
+  embeddings cache of ``xmr score``), ``train.lock`` (its one writer, :mod:`xmr.run_lock`).
 
 Name lists (methods, re-rankers) are read from the registries, never repeated here.
 """

@@ -88,8 +88,5 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
     _validate_run(cfg, str(path))
     cfg["dataset_cfg"] = validate(dataset_cfg, "dataset", f"{path}: dataset_cfg")
     if backbone_cfg is not None:
-        key = backbone_cfg.pop("key", None)  # added by load_backbone_config after validation
         cfg["backbone_cfg"] = validate(backbone_cfg, "backbone", f"{path}: backbone_cfg")
-        if key is not None:
-            cfg["backbone_cfg"]["key"] = key
     return cfg

@@ -48,7 +48,8 @@ def summary(m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xmr.commands.similarity import load_array, similarity_of_files
+    from xmr.commands.similarity import similarity_of_files
+    from xmr.io import load_array
     from xmr.config import parse_assignments
     from xmr.errors import XmrError
     from xmr.evaluation import evaluate_sims

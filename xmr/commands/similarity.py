@@ -27,46 +27,9 @@ def add_embedding_arguments(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--chunk-size", type=int, default=None, help="images per block (default: from a memory budget)")
 
 
-def load_array(path: str, what: str, numeric: bool = True):
-    """A ``.npy`` file as an array; anything else (empty, not .npy, pickled objects, cut short, text/complex
-    values where numbers are needed) is a one-line XmrError naming the file and the defect. NaN/inf and shapes
-    are checked by the library call that uses the array (one message for CLI and Python callers)."""
-    from pathlib import Path
-
-    import numpy as np
-
-    from xmr.errors import XmrError
-    from xmr.io import require_file
-
-    p = require_file(path, f"give the {what} as a .npy file")
-    if p.is_dir():
-        raise XmrError(f"{path}: is a directory; give the {what} as a .npy file")
-    if p.stat().st_size == 0:
-        raise XmrError(f"{path}: empty file (0 bytes); write the {what} with numpy.save")
-    with open(p, "rb") as f:
-        magic = f.read(6)
-    if magic != b"\x93NUMPY":  # np.load would try unpickling anything without the header
-        kind = "a .npz/zip archive" if magic[:2] == b"PK" else "no NumPy .npy header (text or another format?)"
-        raise XmrError(f"{path}: not a .npy file ({kind}); write the {what} with numpy.save")
-    try:
-        a = np.load(Path(path), allow_pickle=False)
-    except ValueError as e:
-        if "pickle" in str(e) or "Object arrays" in str(e):
-            raise XmrError(f"{path}: holds pickled (object) data, not a numeric array; save the {what} as a "
-                           f"plain numpy array") from None
-        raise XmrError(f"{path}: cannot read {what} (cut short or damaged .npy: {e}); write it again") from None
-    except (OSError, EOFError) as e:
-        raise XmrError(f"{path}: cannot read {what} (cut short or damaged .npy: {e}); write it again") from None
-    if numeric:
-        if a.dtype.kind == "c":
-            raise XmrError(f"{path}: the {what} holds complex numbers ({a.dtype}); give real values")
-        if a.dtype.kind not in "biuf":
-            raise XmrError(f"{path}: the {what} has dtype {a.dtype}; expected real numbers (float or int)")
-    return a
-
-
 def similarity_of_files(args: argparse.Namespace):
     """The (N, M) similarity tensor of ``--images`` and ``--captions`` under ``--measure`` (on ``--device``)."""
+    from xmr.io import load_array
     from xmr.similarity import MATCH_MEASURES, compute_similarity
 
     images = load_array(args.images, "image embeddings")

@@ -51,7 +51,7 @@ def run(args):
         child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
-        from xmr.rundir import launcher_run_lock
+        from xmr.run_lock import launcher_run_lock
 
         with launcher_run_lock(args.out_dir):  # one lock per training: the children's rank 0 takes none
             return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)

@@ -101,7 +101,6 @@ class PrecomputedTextEncoder(TextEncoder):
                 raise XmrError(f"{files[0]}: not an xmr text-feature file (no 'features' dataset)")
             self.out_dim = int(f["features"].shape[1])
             self.source = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
-        self.check_captions = text_cfg.get("check_captions", True)
         self._tables: dict[str, _SplitTable] = {}
 
     def table(self, split: str) -> _SplitTable:
@@ -118,11 +117,10 @@ class PrecomputedTextEncoder(TextEncoder):
             raise XmrError("precomputed text encoder: collate needs caption indices and the split name")
         t = self.table(split)
         rows = t.rows(indices)
-        if self.check_captions:
-            for c, j in zip(captions, indices):
-                if t.captions[j] != c:
-                    raise XmrError(f"{t.path}: row {j} holds caption {t.captions[j]!r} but the split has {c!r}; "
-                                   f"the annotations changed since the features were computed, recompute them")
+        for c, j in zip(captions, indices):
+            if t.captions[j] != c:
+                raise XmrError(f"{t.path}: row {j} holds caption {t.captions[j]!r} but the split has {c!r}; "
+                               f"the annotations changed since the features were computed, recompute them")
         return {"features": torch.from_numpy(np.asarray(rows, dtype=np.float32)),
                 "lengths": torch.ones(len(indices), dtype=torch.long)}
 

@@ -8,10 +8,10 @@ Its parts, in the order :func:`train` runs them: :func:`set_up` (data, model, op
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
 ``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt`` (when
-its config and its inputs, the training features and annotations, are those ``last.pt`` was written with);
-per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt`` also holds the
-best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a ``best.pt``
-lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.io.fault_point`` calls.
+its config and its inputs, the training split's :class:`xmr.run_inputs.RunInputs`, are those ``last.pt`` was
+written with); per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt``
+also holds the best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a
+``best.pt`` lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.io.fault_point`` calls.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from xmr.models.image_backbone import backbone_frozen, check_image_source, is_en
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
 from xmr.run_inputs import RunInputs
-from xmr.rundir import process_run_lock
+from xmr.run_lock import process_run_lock
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train import stopping
@@ -478,8 +478,9 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
     bar.close()
     if sync_every > 1 and checked < nb:  # never a checkpoint of weights a non-finite step touched
         _check_finite(nonfinite, epoch, checked, nb - 1, last, sync_every)
-    return {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb), "samples_per_s": seen / max(1e-9, time.time() - t0),
-            "lr": run.optimizer.param_groups[0]["lr"], "seconds": time.time() - t0}
+    return {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
+            "samples_per_s": seen / max(1e-9, time.time() - t0), "lr": run.optimizer.param_groups[0]["lr"],
+            "seconds": time.time() - t0}
 
 
 def validate_epoch(run: TrainRun, epoch: int, row: dict[str, Any], tracker: Tracker) -> None:
@@ -572,7 +573,7 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
 
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
     """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``, its one
-    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.rundir`)."""
+    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.run_lock`)."""
     with process_run_lock(out_dir, dist.process_rank()):
         out = Path(out_dir)
         ctx = dist.setup()

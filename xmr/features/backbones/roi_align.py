@@ -63,14 +63,14 @@ class RoIAlignRegions(Backbone):
         if not trunk:
             raise XmrError("backbone roi_align: set `trunk:` (efficientnet_lite0 or a torchvision ResNet, e.g. "
                            "resnet101) in config/backbones.yaml")
-        self.box_source = cfg.get("boxes") or "annotations"
+        self.box_source = cfg["boxes"] or "annotations"
         if self.box_source not in ("annotations", "detector"):
             raise XmrError(f"backbone roi_align: boxes: {self.box_source!r}; use `annotations` (the dataset's "
                            f"per-image boxes) or `detector` (torchvision Faster R-CNN)")
         self.needs_boxes = self.box_source == "annotations"
-        self.min_boxes = int(cfg.get("min_boxes", 10))
-        self.max_boxes = int(cfg.get("max_boxes", 100))
-        self.conf_thresh = float(cfg.get("conf_thresh", 0.2))
+        self.min_boxes = int(cfg["min_boxes"])
+        self.max_boxes = int(cfg["max_boxes"])
+        self.conf_thresh = float(cfg["conf_thresh"])
         if trunk == "efficientnet_lite0":
             from xmr.features.backbones.efficientnet import EfficientNetLite0
 
