@@ -146,3 +146,14 @@ def test_official_checkpoint_target_names_the_checkpoint_and_only_test_features(
     (bare / "data/checkpoints/vse_infty/vocab").mkdir(parents=True)
     (bare / "data/checkpoints/vse_infty/vocab/coco_precomp_vocab.json").write_text("{}")
     assert "checkpoint vocabulary" not in _missing(doctor("coco", "vse_inf_official_bigru", CONFIG))
+
+
+def test_precomputed_text_features_name_their_word_vectors(bare, capsys):
+    """RRF reads HGLMM text features: without them, doctor names the word2vec file they are fit from (the path
+    of config/text_features.yaml's hglmm entry)."""
+    rc = xmr_main(["doctor", "coco", "rrf", "--config-dir", str(CONFIG)])
+    assert rc == 1
+    miss = _missing(doctor("coco", "rrf", CONFIG))
+    assert miss["word vectors (hglmm text features)"].path == \
+        "resources/word_vectors/GoogleNews-vectors-negative300.bin"
+    assert "word vectors (hglmm text features)" in capsys.readouterr().out

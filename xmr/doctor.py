@@ -232,7 +232,7 @@ def _check_text(rep: Report, cfg: dict, dataset: str, config_dir: str | Path) ->
                 f"`huggingface-cli download {Path(bert).name} --local-dir {bert}` on a connected machine")
     kind = (cfg.get("features") or {}).get("text")
     if text.get("encoder") == "precomputed" and kind:
-        from xmr.models.text_precomputed import recipe_text_feature_files
+        from xmr.workflow_inputs import recipe_text_feature_files
         from xmr.text.hglmm import load_text_feature_settings
 
         files = recipe_text_feature_files(dataset, cfg["name"], config_dir)

@@ -1,6 +1,6 @@
 """``xmr import-checkpoint``: an official checkpoint -> an ordinary xmr run directory.
 
-The run directory holds what a trained run's does for evaluation: ``best.pt`` (the trainer's ``BEST_KEYS``,
+The run directory holds what a trained run's does for evaluation: ``best.pt`` (``xmr.checkpoint_files.BEST_KEYS``,
 ``weights_only``-loadable), the resolved ``config.yaml``, ``vocab.json`` (BiGRU models) and ``provenance.json``
 (source file and its SHA-256, format, options, what the format reported). Everything is built in a temporary
 folder beside the output and moved in at the end, so an error leaves no run directory behind.
