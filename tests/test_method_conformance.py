@@ -6,12 +6,18 @@ Method-specific behaviour is tested in each method's own file."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from xmr.errors import XmrError
 from xmr.inference import load, load_trained, score_split
 from xmr.methods import METHODS
+from xmr.methods.base import settings_from
 from xmr.run_config import load_run_config
 from xmr.train.trainer import train
 
@@ -36,6 +42,38 @@ def trained(tiny_synth, tmp_path_factory):
         return runs[method]
 
     return get
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_method_settings_classes_are_its_schema_sections(method):
+    """A method's settings dataclasses name exactly the properties of its schema's ``model``/``loss`` sections
+    (a drifted name fails here, not partway through an epoch), are frozen, and restate no default (the schema
+    holds them)."""
+    cls = METHODS.get(method)
+    for section, settings in (("model", cls.model_settings_class), ("loss", cls.loss_settings_class)):
+        assert dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen, settings
+        fields = dataclasses.fields(settings)
+        assert {f.name for f in fields} == set(cls.schema["properties"][section]["properties"]), (method, section)
+        assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fields)
+
+
+def test_a_settings_class_that_drifted_from_its_section_fails_when_the_model_is_built():
+    @dataclasses.dataclass(frozen=True)
+    class Loss:
+        margin: float
+        max_violaton: bool  # misspelt
+
+    with pytest.raises(XmrError, match=r"vsepp: loss: Loss and the method's schema disagree \(no value for "
+                                       r"\['max_violaton'\], no field for \['max_violation'\]\)"):
+        settings_from(Loss, {"margin": 0.2, "max_violation": True}, "vsepp: loss")
+    assert settings_from(Loss, {"margin": 0.2, "max_violaton": True}, "x") == Loss(0.2, True)
+
+
+def test_no_method_reads_the_run_config_or_keeps_state_between_forward_and_loss():
+    src = Path(__file__).resolve().parents[1] / "xmr" / "methods"
+    found = [f"{f.name}: {m.group(0)}" for f in sorted(src.glob("*.py"))
+             for m in re.finditer(r"self\.cfg\b|\b_aux\b|batch_image_index|gather_aux", f.read_text())]
+    assert found == []
 
 
 @pytest.mark.parametrize("method", METHODS.names())
