@@ -237,7 +237,7 @@ def test_orthogonal_target_embeddings(tiny_synth):
     m = dvse_model(tiny_synth, loss={"orthogonal": {"target": "embeddings", "mode": "sum"}}).train()
     feats, nr, text = batch_inputs(m)
     fwd = m(feats, nr, text)
-    img, txt = fwd["img"], fwd["txt"]
+    img = fwd["img"]
     t = m.compute_loss(fwd, torch.eye(6, dtype=torch.bool), 0.0)
     assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(img, fwd["mask"], 0.4, "sum").item(),
                                              rel=1e-6)

@@ -150,7 +150,7 @@ def test_training_outputs_gradients_and_score_options(tiny_synth):
     feats, nr, text = _tiny_batch(model)
     model.train()
     fwd = model(feats, nr, text)
-    img, cap = fwd["img"], fwd["txt"]
+    img = fwd["img"]
     assert img.shape == (3, 2, 32)  # [μ, log σ]
     assert torch.allclose(img[:, 0].norm(dim=-1), torch.ones(3), atol=1e-5)
     out = model.compute_loss(fwd, torch.eye(3, dtype=torch.bool), 0.0)
