@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from xmr.errors import XmrError
+# also registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
+from xmr.models.text_precomputed import with_text_features_dir
 from xmr.registry import Registry
 
 METHODS: Registry[type["RetrievalModel"]] = Registry("method")
@@ -86,8 +88,6 @@ class RetrievalModel(nn.Module):
     @classmethod
     def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
         """The method built from a validated run config (its schema's defaults filled)."""
-        from xmr.models.text_precomputed import with_text_features_dir
-
         name = run_cfg["method"]
         ev = run_cfg["eval"]
         settings = MethodSettings(
