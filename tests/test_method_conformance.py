@@ -69,6 +69,31 @@ def test_a_settings_class_that_drifted_from_its_section_fails_when_the_model_is_
     assert settings_from(Loss, {"margin": 0.2, "max_violaton": True}, "x") == Loss(0.2, True)
 
 
+def test_a_method_builds_from_its_settings_without_a_run_config():
+    """VSE++ from hand-made settings (no run config anywhere): embeddings of the configured width, and the
+    hardest-negative triplet loss of a forward output worked out by hand (margin 0.2)."""
+    import torch.nn.functional as F
+
+    from xmr.methods.base import MethodSettings, Scoring
+    from xmr.methods.vsepp import VSEPP, VSEPPLoss, VSEPPModel
+
+    settings = MethodSettings(
+        method="vsepp", model=VSEPPModel(embed_dim=8, residual_mlp=False, image_pool="mean", text_pool="mean"),
+        loss=VSEPPLoss(margin=0.2, max_violation=True, reduction="sum", warmup_epochs=0),
+        scoring=Scoring(similarity="cosine", alpha=16.0, rerank={}),
+        text={"encoder": "bigru", "word_vectors": None, "word_dim": 4}, seed=0)
+    model = VSEPP(settings, image_dim=6, vocab_words=["<pad>", "<unk>", "<start>", "<end>", "dog"])
+    out = model(torch.randn(2, 3, 6), torch.tensor([3, 1]), model.text.collate(["dog", "dog dog"],
+                                                                                  [["dog"], ["dog", "dog"]]))
+    assert out["img"].shape == (2, 8) and out["txt"].shape == (2, 8)
+    # img @ txt.T = [[.5, .6, .1], [.2, .4, .3], [0, .5, .7]]: image rows' hardest hinges .3 + .1 + 0, caption
+    # columns' 0 + .4 + 0
+    sims = torch.tensor([[0.5, 0.6, 0.1], [0.2, 0.4, 0.3], [0.0, 0.5, 0.7]])
+    terms = model.compute_loss({"img": torch.eye(3), "txt": sims.t()}, torch.eye(3, dtype=torch.bool), 0.0)
+    assert terms["loss"].item() == pytest.approx(0.8)
+    assert torch.allclose(F.normalize(out["img"], dim=-1), out["img"])
+
+
 def test_no_method_reads_the_run_config_or_keeps_state_between_forward_and_loss():
     src = Path(__file__).resolve().parents[1] / "xmr" / "methods"
     found = [f"{f.name}: {m.group(0)}" for f in sorted(src.glob("*.py"))
