@@ -66,7 +66,7 @@ def _tiny_dive(tiny_synth, **model):
     cfg = load_run_config(tiny_synth.recipe("dive", name="dive_unit", model=model,
                                             text={"word_vectors": None, "word_dim": 8}))
     torch.manual_seed(0)
-    return METHODS.get("dive")(cfg, 8, list(SPECIALS) + ["red", "ball", "big"])
+    return METHODS.get("dive").from_config(cfg, 8, list(SPECIALS) + ["red", "ball", "big"])
 
 
 def _batch(model):
@@ -82,9 +82,10 @@ def test_dive_eval_mode_drops_nothing(tiny_synth):
     on.eval(), off.eval()
     feats, nr, text = _batch(on)
     with torch.no_grad():
-        img, cap = on(feats, nr, text)
-        img2, cap2 = on(feats, nr, text)
-        img_off, cap_off = off(feats, nr, text)
+        fwd = on(feats, nr, text)
+        img, cap = fwd["img"], fwd["txt"]
+        img2, cap2 = on.encode_image(feats, nr), on.encode_text(text)
+        img_off, cap_off = off.encode_image(feats, nr), off.encode_text(text)
     assert torch.equal(img, img2) and torch.equal(cap, cap2)
     assert torch.equal(img, img_off) and torch.equal(cap, cap_off)
 
@@ -97,7 +98,8 @@ def test_dive_training_mode_encodes_the_dropped_inputs(tiny_synth, pos_enc):
     model.train()
     torch.manual_seed(5)
     with torch.no_grad():
-        img_train, cap_train = model(feats, nr, text)
+        fwd = model(feats, nr, text)
+        img_train, cap_train = fwd["img"], fwd["txt"]
     torch.manual_seed(5)  # the same draw: count mode keeps 4 - floor(2) = 2 and 2 - floor(1) = 1 regions
     keep = region_keep_mask(nr, 4, "count", 0.5)
     assert keep.sum(1).tolist() == [2, 1]

@@ -8,6 +8,7 @@ parameters after AdamW) in both loss modes. xmr must give the same within 1e-5 (
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -177,7 +178,8 @@ def test_same_image_masking_changes_the_loss_where_the_reference_does_not(run_di
     feats, regions = _images()
     idx = torch.tensor([i for i, _ in pairs])
     model.train()
-    model.cfg["model"].update(size_augment={"mode": "none", "p": 0.0}, text_augment=0.0)
+    model.model_settings = dataclasses.replace(model.model_settings, size_augment={"mode": "none", "p": 0.0},
+                                               text_augment=0.0)
     captions = [INPUTS["captions"][j] for _, j in pairs]
     with torch.no_grad():
         img = model.encode_image(feats[idx], regions[idx])

@@ -1,6 +1,7 @@
 """CODER pieces against hand-computed values: diversity (Eqs. 7-8), DCL (Eq. 9), Sinkhorn codes, the concept
 vocabulary and graph (Eqs. 4-5), momentum update, queue and same-image masking, checkpoint round trip."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -120,10 +121,11 @@ def test_cooccurrence_and_literal_adjacency_by_hand():
     assert np.allclose(resc, adj)  # 1/3 -> 0.58 < 1.0 dropped, 1/2 -> 1.12 kept: same graph
 
 
-def tiny_model(**loss):
-    from xmr.methods.coder import CODER
+VOCAB = ["<pad>", "<unk>", "<start>", "<end>", "dog", "cat", "grass", "runs", "sleeps"]
 
-    cfg = {"model": {"embed_dim": 8, "residual_mlp": True,
+
+def tiny_cfg(**loss) -> dict:
+    return {"method": "coder", "model": {"embed_dim": 8, "residual_mlp": True,
                      "gpo": {"pe_dim": 4, "hidden_dim": 4, "mlp_layers": 1, "temperature": 0.1},
                      "size_augment": {"mode": "none", "p": 0.2}, "text_augment": 0.0,
                      "share_text_query_aggr": False,
@@ -139,10 +141,14 @@ def tiny_model(**loss):
                     "queue_mask_same_image": True, "sinkhorn_epsilon": 0.05, "sinkhorn_iterations": 3,
                     "prototype_temperature": 0.1, "pl_cross_modal": False, **loss},
            "text": {"encoder": "bigru", "word_vectors": None, "word_dim": 6, "max_len": 16},
-           "train": {"seed": 0}}
-    vocab = ["<pad>", "<unk>", "<start>", "<end>", "dog", "cat", "grass", "runs", "sleeps"]
+           "train": {"seed": 0}, "eval": {"similarity": "model", "alpha": 16.0, "rerank": {}}}
+
+
+def tiny_model(**loss):
+    from xmr.methods.coder import CODER
+
     torch.manual_seed(0)
-    model = CODER(cfg, image_dim=7, vocab_words=vocab)
+    model = CODER.from_config(tiny_cfg(**loss), image_dim=7, vocab_words=VOCAB)
     model.build_concepts(CAPS, [0, 0, 1, 1])
     return model
 
@@ -165,7 +171,7 @@ def test_concepts_are_built_stored_and_masked():
     from xmr.methods.coder import CODER
 
     torch.manual_seed(1)
-    other = CODER(model.cfg, 7, ["<pad>", "<unk>", "<start>", "<end>", "dog", "cat", "grass", "runs", "sleeps"])
+    other = CODER.from_config(tiny_cfg(), 7, VOCAB)
     assert other.concept_words == [] and not bool(other.concepts_built)
     other.load_state_dict(state)
     assert other.concept_words == model.concept_words and bool(other.concepts_built)
@@ -184,19 +190,19 @@ def test_momentum_update_queue_and_same_image_masking():
     model.train()
     torch.manual_seed(3)
     feats = torch.randn(1, 3, 7).expand(4, 3, 7).contiguous()  # four captions of one image
-    model.batch_image_index = torch.tensor([5, 5, 5, 5])  # dataset image 5
+    five = torch.tensor([5, 5, 5, 5])  # dataset image 5
     online0 = model.query_image.weight.clone()
     key_before = model.key_image_proj.fc.weight.clone()
-    img, txt = model(*batch(model, feats, (3, 3, 3, 3)))
-    key_img, key_txt, image_index = model._pending
+    out = model(*batch(model, feats, (3, 3, 3, 3)), five)
+    key_img, key_txt, image_index = out["key_img"], out["key_txt"], out["image_index"]
     assert image_index.tolist() == [5, 5, 5, 5]
     pos = torch.ones(4, 4, dtype=torch.bool)
-    terms = model.compute_loss(img, txt, pos, 0.0)
+    terms = model.compute_loss(out, pos, 0.0)
     assert all(torch.isfinite(v) for v in terms.values())
     # empty queue: the memory loss sees only the batch keys
     with torch.no_grad():
         model.image_proj.fc.weight.add_(1.0)  # pretend an optimizer step
-    model.on_train_step_end()
+    model.on_train_step_end(out)
     expect = 0.9 * key_before + 0.1 * model.image_proj.fc.weight
     assert torch.allclose(model.key_image_proj.fc.weight, expect, atol=1e-6)
     assert torch.equal(model.query_image.weight, online0)
@@ -205,16 +211,16 @@ def test_momentum_update_queue_and_same_image_masking():
     assert model.queue_image.tolist() == [5, 5, 5, 5, -1, -1]  # slots 4, 5 still empty
     # the same image again: every queued entry belongs to the anchor's own image -> masked, so the memory term
     # equals the one computed with an empty queue
-    img, txt = model(*batch(model, feats, (3, 3, 3, 3)))
-    with_queue = model.compute_loss(img, txt, pos, 1.0)["memory"]
+    out = model(*batch(model, feats, (3, 3, 3, 3)), five)
+    with_queue = model.compute_loss(out, pos, 1.0)["memory"]
     model.queue_image.fill_(-1)
-    empty = model.compute_loss(img, txt, pos, 1.0)["memory"]
+    empty = model.compute_loss(out, pos, 1.0)["memory"]
     assert with_queue.item() == pytest.approx(empty.item(), rel=1e-6)
     # different images in the queue do count as negatives: with div = 1, extra negatives raise the loss
-    model.cfg["loss"]["diversity"] = "none"
-    empty = model.compute_loss(img, txt, pos, 1.0)["memory"]
+    model.loss_settings = dataclasses.replace(model.loss_settings, diversity="none")
+    empty = model.compute_loss(out, pos, 1.0)["memory"]
     model.queue_image[:4] = 6  # the same four keys, now of another image
-    other = model.compute_loss(img, txt, pos, 1.0)["memory"]
+    other = model.compute_loss(out, pos, 1.0)["memory"]
     assert other.item() > empty.item()
 
 
@@ -223,7 +229,7 @@ def test_fusion_similarity_mixes_instance_and_concept_scores():
     img = torch.nn.functional.normalize(torch.randn(3, 2, 8), dim=-1)
     txt = torch.nn.functional.normalize(torch.randn(5, 2, 8), dim=-1)
     assert torch.allclose(model.similarity_matrix(img, txt), img[:, 0] @ txt[:, 0].t(), atol=1e-6)
-    model.cfg["model"]["fusion_alpha"] = 0.25
+    model.model_settings = dataclasses.replace(model.model_settings, fusion_alpha=0.25)
     expect = 0.25 * img[:, 0] @ txt[:, 0].t() + 0.75 * img[:, 1] @ txt[:, 1].t()
     assert torch.allclose(model.similarity_matrix(img, txt), expect, atol=1e-6)
 
@@ -272,10 +278,10 @@ def test_total_loss_weights_terms_computed_from_the_formulas():
     with torch.no_grad():  # an optimizer step moved the online encoders away from their momentum copies
         model.image_proj.fc.weight.mul_(1.5)
         model.text_gpo.score.weight.add_(0.3)
-    model.batch_image_index = torch.tensor([0, 0, 1, 2])
-    img, txt = model(*batch(model, feats, (3, 3, 2, 3)))
-    key_img, key_txt = (t.detach().double().numpy() for t in model._pending[:2])
-    out = model.compute_loss(img, txt, pos, 0.0)
+    fwd = model(*batch(model, feats, (3, 3, 2, 3)), torch.tensor([0, 0, 1, 2]))
+    img, txt = fwd["img"], fwd["txt"]
+    key_img, key_txt = (fwd[k].detach().double().numpy() for k in ("key_img", "key_txt"))
+    out = model.compute_loss(fwd, pos, 0.0)
     vi, vc = img[:, 0].detach().double().numpy(), img[:, 1].detach().double().numpy()
     wi, wc = txt[:, 0].detach().double().numpy(), txt[:, 1].detach().double().numpy()
     neg = ~pos.numpy()
@@ -302,10 +308,10 @@ def test_queue_wraps_around_fifo():
     pushed = []
     for step in range(2):
         torch.manual_seed(10 + step)
-        model.batch_image_index = torch.arange(4) + 10 * (step + 1)  # images 10-13, then 20-23
-        model(*batch(model, torch.randn(4, 3, 7)))
-        pushed.append(tuple(t.clone() for t in model._pending))
-        model.on_train_step_end()
+        images = torch.arange(4) + 10 * (step + 1)  # images 10-13, then 20-23
+        out = model(*batch(model, torch.randn(4, 3, 7)), images)
+        pushed.append(tuple(out[k].clone() for k in ("key_img", "key_txt", "image_index")))
+        model.on_train_step_end(out)
     (img1, txt1, _), (img2, txt2, _) = pushed
     # step 1 fills slots 0-3; step 2 writes slots 4, 5, then wraps to 0, 1; the pointer ends at 2
     assert int(model.queue_ptr) == 2
@@ -321,15 +327,14 @@ def test_same_image_index_with_different_features_is_masked_in_the_memory_term()
     model.train()
     torch.manual_seed(5)
     first, second = torch.randn(4, 3, 7), torch.randn(4, 3, 7)
-    model.batch_image_index = torch.tensor([0, 1, 2, 3])
-    model(*batch(model, first, (3, 3, 3, 3)))
-    model.on_train_step_end()  # queue slots 0-3: images 0, 1, 2, 3
-    assert model.queue_image.tolist() == [0, 1, 2, 3, -1, -1]
-    model.batch_image_index = torch.tensor([0, 7, 8, 9])  # image 0 again, as a different crop
-    img, txt = model(*batch(model, second, (3, 3, 3, 3)))
-    key_img, key_txt = (t.detach().double().numpy() for t in model._pending[:2])
+    model.on_train_step_end(model(*batch(model, first, (3, 3, 3, 3)), torch.tensor([0, 1, 2, 3])))
+    assert model.queue_image.tolist() == [0, 1, 2, 3, -1, -1]  # queue slots 0-3: images 0, 1, 2, 3
+    # image 0 again, as a different crop
+    fwd = model(*batch(model, second, (3, 3, 3, 3)), torch.tensor([0, 7, 8, 9]))
+    img, txt = fwd["img"], fwd["txt"]
+    key_img, key_txt = (fwd[k].detach().double().numpy() for k in ("key_img", "key_txt"))
     pos = torch.eye(4, dtype=torch.bool)
-    out = model.compute_loss(img, txt, pos, 0.0)
+    out = model.compute_loss(fwd, pos, 0.0)
     vi, wi = img[:, 0].detach().double().numpy(), txt[:, 0].detach().double().numpy()
     cand_txt = np.concatenate([key_txt, model.queue_txt.double().numpy()])
     cand_img = np.concatenate([key_img, model.queue_img.double().numpy()])
@@ -347,37 +352,34 @@ def test_same_image_index_with_different_features_is_masked_in_the_memory_term()
     # a feature fingerprint would have seen a new image and kept slot 0 as anchor 0's negative
     assert not torch.equal(first[0, 0], second[0, 0])
     assert abs(memory - as_negative) > 1e-3
-    model.cfg["loss"]["queue_mask_same_image"] = False
-    assert model.compute_loss(img, txt, pos, 0.0)["memory"].item() == pytest.approx(as_negative, rel=1e-5)
+    model.loss_settings = dataclasses.replace(model.loss_settings, queue_mask_same_image=False)
+    assert model.compute_loss(fwd, pos, 0.0)["memory"].item() == pytest.approx(as_negative, rel=1e-5)
 
 
 def test_training_forward_needs_the_batch_image_indices():
     model = tiny_model()
     model.train()
     feats = torch.randn(4, 3, 7)
-    with pytest.raises(XmrError, match="model.batch_image_index = image_indices"):
+    with pytest.raises(XmrError, match=r"model\(feats, num_regions, text, image_index\)"):
         model(*batch(model, feats))
-    model.batch_image_index = torch.tensor([0, 1, 2])  # a stale index of another batch size
     with pytest.raises(XmrError, match=r"\(4,\) integer tensor"):
-        model(*batch(model, feats))
+        model(*batch(model, feats), torch.tensor([0, 1, 2]))  # indices of another batch size
     model.eval()
-    model.batch_image_index = None  # evaluation needs none
-    img, txt = model(*batch(model, feats))
+    out = model(*batch(model, feats))  # evaluation needs none
+    img, txt = out["img"], out["txt"]
     assert img.shape == (4, 2, 8) and txt.shape == (4, 2, 8)
 
 
 def test_old_fingerprint_checkpoint_loads_with_an_empty_queue():
     model = tiny_model()
     model.train()
-    model.batch_image_index = torch.tensor([0, 1, 2, 3])
-    model(*batch(model, torch.randn(4, 3, 7)))
-    model.on_train_step_end()
+    model.on_train_step_end(model(*batch(model, torch.randn(4, 3, 7)), torch.tensor([0, 1, 2, 3])))
     old = model.state_dict()
     del old["queue_image"]  # a checkpoint written by the fingerprint version
     old["queue_fingerprint"] = torch.tensor([0.5, -1.25, 2.0, 3.5] + [float("nan")] * 2, dtype=torch.float64)
     from xmr.methods.coder import CODER
 
-    fresh = CODER(model.cfg, 7, ["<pad>", "<unk>", "<start>", "<end>", "dog", "cat", "grass", "runs", "sleeps"])
+    fresh = CODER.from_config(tiny_cfg(), 7, VOCAB)
     with pytest.warns(UserWarning, match="queue_fingerprint"):
         fresh.load_state_dict(old)  # strict
     assert fresh.queue_image.tolist() == [-1] * 6 and int(fresh.queue_ptr) == 0

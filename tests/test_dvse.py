@@ -93,11 +93,12 @@ def test_loss_only_and_drop_terms_modes(tiny_synth):
 def test_total_loss_is_eta_weighted_sum(tiny_synth):
     model = dvse_model(tiny_synth).train()
     feats, nr, text = batch_inputs(model)
-    img, txt = model(feats, nr, text)
+    fwd = model(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
     pos = torch.eye(6, dtype=torch.bool)
     pos[0, 3] = True  # caption 3 also belongs to image 0
-    terms = model.compute_loss(img, txt, pos, 0.0)
-    residuals, mask = model._aux["image_residuals"], model._aux["mask"]
+    terms = model.compute_loss(fwd, pos, 0.0)
+    residuals, mask = fwd["image_residuals"], fwd["mask"]
     l_var = variance_aware_loss(torch.einsum("bkd,cd->bkc", img, txt), pos, 0.2)["loss"]
     l_dc = dynamic_orthogonal_loss(residuals, mask, 0.4, "mean")
     assert terms["l_var"].item() == pytest.approx(l_var.item(), rel=1e-6)
@@ -109,8 +110,9 @@ def test_total_loss_is_eta_weighted_sum(tiny_synth):
     # η is read from the config, not fixed at the paper's 0.6: η = 0.25 -> 0.25 L_var + 0.75 L_dc
     other = dvse_model(tiny_synth, loss={"eta": 0.25}).train()
     other.load_state_dict(model.state_dict())
-    img, txt = other(feats, nr, text)
-    t = other.compute_loss(img, txt, pos, 0.0)
+    fwd = other(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    t = other.compute_loss(fwd, pos, 0.0)
     assert t["l_var"].item() == pytest.approx(l_var.item(), rel=1e-6)
     assert t["loss"].item() == pytest.approx(0.25 * l_var.item() + 0.75 * l_dc.item(), rel=1e-6)
 
@@ -120,26 +122,30 @@ def test_table_v_switches(tiny_synth):
     # w/o L_var: plain per-slot triplet (σ ≡ 1, no log σ)
     m = dvse_model(tiny_synth, loss={"ranking": "triplet_per_slot"}).train()
     feats, nr, text = batch_inputs(m)
-    img, txt = m(feats, nr, text)
-    t = m.compute_loss(img, txt, pos, 0.0)
+    fwd = m(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    t = m.compute_loss(fwd, pos, 0.0)
     plain = variance_aware_loss(torch.einsum("bkd,cd->bkc", img, txt), pos, 0.2, weighting=False)["loss"]
     assert t["l_var"].item() == pytest.approx(plain.item(), rel=1e-6)
     # w/o L_ort: no L_dc term
     m = dvse_model(tiny_synth, loss={"orthogonal": {"enabled": False}}).train()
-    img, txt = m(feats, nr, text)
-    t = m.compute_loss(img, txt, pos, 0.0)
+    fwd = m(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    t = m.compute_loss(fwd, pos, 0.0)
     assert "l_dc" not in t and t["loss"].item() == pytest.approx(0.6 * t["l_var"].item(), rel=1e-6)
     # w/o DM: no mask; L_ort over all pairs
     m = dvse_model(tiny_synth, model={"dynamic_mask": {"enabled": False}}).train()
-    img, txt = m(feats, nr, text)
-    t = m.compute_loss(img, txt, pos, 0.0)
-    assert m._aux["mask"] is None and "mask_active" not in t
-    assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(m._aux["image_residuals"], None).item(),
+    fwd = m(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    t = m.compute_loss(fwd, pos, 0.0)
+    assert fwd["mask"] is None and "mask_active" not in t
+    assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(fwd["image_residuals"], None).item(),
                                              rel=1e-6)
     # w/o SE: K = 1, nothing to decorrelate
     m = dvse_model(tiny_synth, model={"num_embeds": 1}).train()
-    img, txt = m(feats, nr, text)
-    assert img.shape == (6, 1, 32) and "l_dc" not in m.compute_loss(img, txt, pos, 0.0)
+    fwd = m(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    assert img.shape == (6, 1, 32) and "l_dc" not in m.compute_loss(fwd, pos, 0.0)
     # the "global only" reading: image = l2norm(LN(FC(mean z)))
     m = dvse_model(tiny_synth, model={"attention": False}).eval()
     img = m.encode_image(feats, nr)
@@ -151,19 +157,21 @@ def test_warmup_sums_hinges_before_the_hardest_negative(tiny_synth):
     # loss.warmup_epochs = 1: epochs [0, 1) use L_var with summed hinges, from epoch 1 on the hardest negative
     model = dvse_model(tiny_synth, loss={"warmup_epochs": 1, "orthogonal": {"enabled": False}}).train()
     feats, nr, text = batch_inputs(model)
-    img, txt = model(feats, nr, text)
+    fwd = model(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
     pos = torch.eye(6, dtype=torch.bool)
     sims = torch.einsum("bkd,cd->bkc", img, txt)
     summed = variance_aware_loss(sims, pos, 0.2, hardest=False)["loss"]
     hardest = variance_aware_loss(sims, pos, 0.2)["loss"]
     assert summed.item() > hardest.item()  # more than one violating negative in this batch
-    assert model.compute_loss(img, txt, pos, 0.99)["l_var"].item() == pytest.approx(summed.item(), rel=1e-6)
-    assert model.compute_loss(img, txt, pos, 1.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
+    assert model.compute_loss(fwd, pos, 0.99)["l_var"].item() == pytest.approx(summed.item(), rel=1e-6)
+    assert model.compute_loss(fwd, pos, 1.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
     # default 0 (the paper): the hardest negative from the first step
     plain = dvse_model(tiny_synth, loss={"orthogonal": {"enabled": False}}).train()
     plain.load_state_dict(model.state_dict())
-    img, txt = plain(feats, nr, text)
-    assert plain.compute_loss(img, txt, pos, 0.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
+    fwd = plain(feats, nr, text)
+    img, txt = fwd["img"], fwd["txt"]
+    assert plain.compute_loss(fwd, pos, 0.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
 
 
 def test_drop_terms_needs_max_similarity(tiny_synth):
@@ -228,9 +236,10 @@ def test_centred_mask_uses_running_feature_mean(tiny_synth):
 def test_orthogonal_target_embeddings(tiny_synth):
     m = dvse_model(tiny_synth, loss={"orthogonal": {"target": "embeddings", "mode": "sum"}}).train()
     feats, nr, text = batch_inputs(m)
-    img, txt = m(feats, nr, text)
-    t = m.compute_loss(img, txt, torch.eye(6, dtype=torch.bool), 0.0)
-    assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(img, m._aux["mask"], 0.4, "sum").item(),
+    fwd = m(feats, nr, text)
+    img = fwd["img"]
+    t = m.compute_loss(fwd, torch.eye(6, dtype=torch.bool), 0.0)
+    assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(img, fwd["mask"], 0.4, "sum").item(),
                                              rel=1e-6)
     # the logged collapse diagnostic: mean |cos| over ordered pairs of distinct sub-embeddings
     x = F.normalize(img.detach(), dim=-1)

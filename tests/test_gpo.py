@@ -87,18 +87,18 @@ def test_gpo_with_flat_scores_is_mean_pooling_and_permutation_invariant():
 
 
 def test_vse_inf_loss_switches_from_summed_hinges_to_hardest_after_warmup():
-    from xmr.methods.vse_inf import VSEInfinity
+    from xmr.methods.vse_inf import VSEInfinity, VSEInfinityLoss
 
     sims = torch.tensor([[0.5, 0.6, 0.1], [0.2, 0.4, 0.3], [0.0, 0.5, 0.7]])
-    model = VSEInfinity.__new__(VSEInfinity)  # compute_loss reads only cfg
+    model = VSEInfinity.__new__(VSEInfinity)  # compute_loss reads only its loss settings
     torch.nn.Module.__init__(model)
-    model.cfg = {"loss": {"margin": 0.2, "warmup_epochs": 1, "reduction": "sum"}}
+    model.loss_settings = VSEInfinityLoss(margin=0.2, warmup_epochs=1, reduction="sum")
     eye = torch.eye(3, dtype=torch.bool)
     img, txt = torch.eye(3), sims.t().contiguous()  # img @ txt.T == sims
     # image anchors: row hinges 0.3 (row 0) + 0.1 (row 1); caption anchors: col 1 hinges 0.4 + 0.3
-    assert model.compute_loss(img, txt, eye, 0.5)["loss"].item() == pytest.approx(1.1)
+    assert model.compute_loss({"img": img, "txt": txt}, eye, 0.5)["loss"].item() == pytest.approx(1.1)
     # hardest: rows 0.3 + 0.1 + 0, columns 0 + 0.4 + 0
-    assert model.compute_loss(img, txt, eye, 1.0)["loss"].item() == pytest.approx(0.8)
+    assert model.compute_loss({"img": img, "txt": txt}, eye, 1.0)["loss"].item() == pytest.approx(0.8)
 
 
 def test_compact_moves_kept_entries_first_in_order():

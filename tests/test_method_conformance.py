@@ -6,12 +6,18 @@ Method-specific behaviour is tested in each method's own file."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from xmr.errors import XmrError
 from xmr.inference import load, load_trained, score_split
 from xmr.methods import METHODS
+from xmr.methods.base import settings_from
 from xmr.run_config import load_run_config
 from xmr.train.trainer import train
 
@@ -36,6 +42,79 @@ def trained(tiny_synth, tmp_path_factory):
         return runs[method]
 
     return get
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_method_settings_classes_are_its_schema_sections(method):
+    """A method's settings dataclasses name exactly the properties of its schema's ``model``/``loss`` sections
+    (a drifted name fails here, not partway through an epoch), are frozen, and restate no default (the schema
+    holds them)."""
+    cls = METHODS.get(method)
+    for section, settings in (("model", cls.model_settings_class), ("loss", cls.loss_settings_class)):
+        assert dataclasses.is_dataclass(settings) and settings.__dataclass_params__.frozen, settings
+        fields = dataclasses.fields(settings)
+        props = cls.schema["properties"][section]["properties"]
+        assert {f.name for f in fields} == set(props), (method, section)
+        # no default restated; None only stands for a property the schema leaves optional with no default
+        for f in fields:
+            assert f.default_factory is dataclasses.MISSING, (method, f.name)
+            if f.default is not dataclasses.MISSING:
+                assert f.default is None and "default" not in props[f.name], (method, f.name)
+                assert f.name not in cls.schema["properties"][section].get("required", []), (method, f.name)
+
+
+def test_a_settings_class_that_drifted_from_its_section_fails_when_the_model_is_built():
+    @dataclasses.dataclass(frozen=True)
+    class Loss:
+        margin: float
+        max_violaton: bool  # misspelt
+
+    with pytest.raises(XmrError, match=r"vsepp: loss: Loss and the method's schema disagree \(no value for "
+                                       r"\['max_violaton'\], no field for \['max_violation'\]\)"):
+        settings_from(Loss, {"margin": 0.2, "max_violation": True}, "vsepp: loss")
+    assert settings_from(Loss, {"margin": 0.2, "max_violaton": True}, "x") == Loss(0.2, True)
+
+    @dataclasses.dataclass(frozen=True)
+    class Model:
+        embed_dim: int
+        image_encoder: str | None = None  # a property without a schema default: may be absent
+
+    assert settings_from(Model, {"embed_dim": 8}, "x") == Model(8, None)
+    assert settings_from(Model, {"embed_dim": 8, "image_encoder": "full_image"}, "x").image_encoder == "full_image"
+    with pytest.raises(XmrError, match=r"no value for \['embed_dim'\]"):
+        settings_from(Model, {"image_encoder": "regions"}, "x")
+
+
+def test_a_method_builds_from_its_settings_without_a_run_config():
+    """VSE++ from hand-made settings (no run config anywhere): embeddings of the configured width, and the
+    hardest-negative triplet loss of a forward output worked out by hand (margin 0.2)."""
+    import torch.nn.functional as F
+
+    from xmr.methods.base import MethodSettings, Scoring
+    from xmr.methods.vsepp import VSEPP, VSEPPLoss, VSEPPModel
+
+    settings = MethodSettings(
+        method="vsepp", model=VSEPPModel(embed_dim=8, residual_mlp=False, image_pool="mean", text_pool="mean"),
+        loss=VSEPPLoss(margin=0.2, max_violation=True, reduction="sum", warmup_epochs=0),
+        scoring=Scoring(similarity="cosine", alpha=16.0, rerank={}),
+        text={"encoder": "bigru", "word_vectors": None, "word_dim": 4}, seed=0)
+    model = VSEPP(settings, image_dim=6, vocab_words=["<pad>", "<unk>", "<start>", "<end>", "dog"])
+    out = model(torch.randn(2, 3, 6), torch.tensor([3, 1]), model.text.collate(["dog", "dog dog"],
+                                                                                  [["dog"], ["dog", "dog"]]))
+    assert out["img"].shape == (2, 8) and out["txt"].shape == (2, 8)
+    # img @ txt.T = [[.5, .6, .1], [.2, .4, .3], [0, .5, .7]]: image rows' hardest hinges .3 + .1 + 0, caption
+    # columns' 0 + .4 + 0
+    sims = torch.tensor([[0.5, 0.6, 0.1], [0.2, 0.4, 0.3], [0.0, 0.5, 0.7]])
+    terms = model.compute_loss({"img": torch.eye(3), "txt": sims.t()}, torch.eye(3, dtype=torch.bool), 0.0)
+    assert terms["loss"].item() == pytest.approx(0.8)
+    assert torch.allclose(F.normalize(out["img"], dim=-1), out["img"])
+
+
+def test_no_method_reads_the_run_config_or_keeps_state_between_forward_and_loss():
+    src = Path(__file__).resolve().parents[1] / "xmr" / "methods"
+    found = [f"{f.name}: {m.group(0)}" for f in sorted(src.glob("*.py"))
+             for m in re.finditer(r"self\.cfg\b|\b_aux\b|batch_image_index|gather_aux", f.read_text())]
+    assert found == []
 
 
 @pytest.mark.parametrize("method", METHODS.names())

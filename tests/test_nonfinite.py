@@ -18,8 +18,8 @@ def test_nan_in_epoch_two_stops_and_keeps_epoch_one(tiny_synth, tmp_path, monkey
     cls = METHODS.get("vsepp")
     real = cls.compute_loss
 
-    def poisoned(self, img, txt, pos_mask, epoch):
-        out = real(self, img, txt, pos_mask, epoch)
+    def poisoned(self, fwd, positives, epoch):
+        out = real(self, fwd, positives, epoch)
         if epoch >= 1:  # every step of the second epoch
             out["loss"] = out["loss"] * torch.tensor(math.nan)
         return out
@@ -49,8 +49,8 @@ def test_deferred_check_on_a_device_that_reads_the_loss_every_few_steps(tiny_syn
     cls = METHODS.get("vsepp")
     real = cls.compute_loss
 
-    def poisoned(self, img, txt, pos_mask, epoch):  # ``epoch`` is epoch + step / steps_per_epoch
-        out = real(self, img, txt, pos_mask, epoch)
+    def poisoned(self, fwd, positives, epoch):  # ``epoch`` is epoch + step / steps_per_epoch
+        out = real(self, fwd, positives, epoch)
         if round((epoch - 1) * 15) == bad_step:  # that one step of epoch 2
             out["loss"] = out["loss"] * torch.tensor(math.inf)
         return out

@@ -112,7 +112,7 @@ def _tiny_model(tiny_synth, **model):
                                             eval={"similarity": "model", "rerank": {"dsl": {"scores": scores},
                                                                                     "mr": {"scores": scores}}}))
     torch.manual_seed(0)
-    return METHODS.get("pcme")(cfg, 8, list(SPECIALS) + ["red", "ball"])
+    return METHODS.get("pcme").from_config(cfg, 8, list(SPECIALS) + ["red", "ball"])
 
 
 def _tiny_batch(model):
@@ -130,7 +130,8 @@ def test_eval_scores_are_match_probabilities_of_fixed_samples(tiny_synth, form, 
     feats, nr, text = _tiny_batch(model)
     model.eval()
     with torch.no_grad():
-        img, cap = model(feats, nr, text)
+        fwd = model(feats, nr, text)
+        img, cap = fwd["img"], fwd["txt"]
         assert img.shape == (3, 3, 32) and cap.shape == (3, 3, 32)
         # the noise is fixed per item: a sub-batch gets the same samples (up to matmul rounding)
         img_one = model.encode_image(feats[1:2], nr[1:2])
@@ -148,10 +149,11 @@ def test_training_outputs_gradients_and_score_options(tiny_synth):
     model = _tiny_model(tiny_synth, num_samples=2)
     feats, nr, text = _tiny_batch(model)
     model.train()
-    img, cap = model(feats, nr, text)
+    fwd = model(feats, nr, text)
+    img = fwd["img"]
     assert img.shape == (3, 2, 32)  # [μ, log σ]
     assert torch.allclose(img[:, 0].norm(dim=-1), torch.ones(3), atol=1e-5)
-    out = model.compute_loss(img, cap, torch.eye(3, dtype=torch.bool), 0.0)
+    out = model.compute_loss(fwd, torch.eye(3, dtype=torch.bool), 0.0)
     out["loss"].backward()
     for p in (model.scale, model.shift, model.image_sigma.fc.weight, model.text_sigma.fc.weight):
         assert p.grad is not None and p.grad.abs().sum() > 0
@@ -172,12 +174,12 @@ def test_similarity_must_fit_score(tiny_synth):
     from xmr.text.vocab import SPECIALS
 
     with pytest.raises(XmrError, match="eval.similarity: cosine"):
-        METHODS.get("pcme")(cfg, 8, list(SPECIALS))
+        METHODS.get("pcme").from_config(cfg, 8, list(SPECIALS))
     # the methods config tells dsl/mr that log_match_prob scores are log-probabilities; another score must not
     cfg = load_run_config(tiny_synth.recipe("pcme", name="pcme_bad2", model={"pcme_score": "match_prob"},
                                             eval={"similarity": "match_prob"}))
     with pytest.raises(XmrError, match="eval.rerank.dsl.scores: similarity"):
-        METHODS.get("pcme")(cfg, 8, list(SPECIALS))
+        METHODS.get("pcme").from_config(cfg, 8, list(SPECIALS))
 
 
 def test_pcme_trains_scores_and_is_deterministic(tiny_synth, tmp_path):
@@ -195,7 +197,7 @@ def test_caption_word_drop_runs_in_training_mode_only(tiny_synth):
     # released tokenize with caption_drop_prob p: words -> <unk> with prob p, then floor(p·n) words deleted;
     # p = 1 turns every word into <unk> and then deletes all n of them: the caption is <start> <end>
     model = _tiny_model(tiny_synth, text_augment=1.0)
-    assert model.cfg["model"]["text_augment_style"] == "unk_then_delete"
+    assert model.model_settings.text_augment_style == "unk_then_delete"
     _, _, text = _tiny_batch(model)
     empty = model.text.collate(["", "", ""], [[], [], []])
     model.eval()
@@ -208,7 +210,7 @@ def test_caption_word_drop_runs_in_training_mode_only(tiny_synth):
     torch.testing.assert_close(ls_train, ls_empty)
     assert not torch.allclose(mu_eval, mu_empty, atol=1e-3)  # eval mode saw the words
     # and the released default rate is 0.1
-    assert _tiny_model(tiny_synth).cfg["model"]["text_augment"] == 0.1
+    assert _tiny_model(tiny_synth).model_settings.text_augment == 0.1
 
 
 def _log_prob_matrix(seed: int = 0) -> np.ndarray:

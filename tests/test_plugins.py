@@ -21,27 +21,39 @@ REPO = Path(__file__).resolve().parents[1]
 
 TOY_PLUGIN = '''
 """A toy method (mean-pooled features -> linear, mean-pooled BiGRU words) and a toy re-ranker (scores x factor)."""
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
 from xmr.models.pooling import mean_pool
-from xmr.models.text import build_text_encoder
 from xmr.rerank.base import RERANKERS, RerankerSpec, Rescoring
+
+
+@dataclass(frozen=True)
+class ToyModel:
+    embed_dim: int
+
+
+@dataclass(frozen=True)
+class ToyLoss:
+    margin: float
 
 
 @METHODS.register("toy")
 class Toy(RetrievalModel):
+    model_settings_class, loss_settings_class = ToyModel, ToyLoss
     schema = {"type": "object", "properties": {
         "model": strict_section({"embed_dim": {"type": "integer", "minimum": 1}}),
         "loss": strict_section({"margin": {"type": "number", "minimum": 0, "default": 0.2}}),
     }}
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
+    def __init__(self, settings, image_dim, vocab_words):
+        super().__init__(settings, image_dim, vocab_words)
         self.proj = torch.nn.Linear(image_dim, self.embed_dim)
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
+        self.text = self.build_text_encoder()
 
     def encode_image(self, feats, num_regions):
         return F.normalize(self.proj(mean_pool(feats, num_regions)), dim=-1)
@@ -50,8 +62,8 @@ class Toy(RetrievalModel):
         h, lengths = self.text(batch)
         return F.normalize(mean_pool(h, lengths), dim=-1)
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        return {"loss": triplet_loss(img @ txt.t(), pos_mask, self.cfg["loss"]["margin"], True, "sum")}
+    def compute_loss(self, out, positives, epoch):
+        return {"loss": triplet_loss(out["img"] @ out["txt"].t(), positives, self.loss_settings.margin, True, "sum")}
 
 
 class Scaled(Rescoring):
@@ -156,7 +168,8 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
 
 def test_a_plugin_method_is_covered_by_the_conformance_test(tmp_path):
     """The registry's conformance test picks up a method registered through $XMR_PLUGINS with no edit to any list:
-    build, a training step, score, reload and the inference API, for the toy method of the plugin above."""
+    its settings classes against its schema, build, a training step, score, reload and the inference API, for the
+    toy method of the plugin above."""
     plugin = tmp_path / "toy_plugin.py"
     plugin.write_text(TOY_PLUGIN)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XMR_PLUGINS=str(plugin))
@@ -164,4 +177,4 @@ def test_a_plugin_method_is_covered_by_the_conformance_test(tmp_path):
                         str(REPO / "tests" / "test_method_conformance.py"), "-k", "toy"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert re.search(r"^3 passed, \d+ deselected", r.stdout.splitlines()[-1]), r.stdout[-500:]
+    assert re.search(r"^4 passed, \d+ deselected", r.stdout.splitlines()[-1]), r.stdout[-500:]

@@ -16,7 +16,7 @@ from xmr.run_config import load_run_config
 from xmr.errors import XmrError
 from xmr.losses.bi_rank import bi_rank_loss
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.rrf import RecurrentResidualFusion, RRFBranch, RRFNet
+from xmr.methods.rrf import RecurrentResidualFusion, RRFBranch, RRFNet, RRFNetModel
 from xmr.workflow_inputs import recipe_text_feature_files
 from xmr.models.text_precomputed import PrecomputedTextEncoder
 from xmr.text.hglmm import HGLMMModel
@@ -147,7 +147,7 @@ def test_rrf_block_hand_computed_and_per_step_batchnorm():
 
 def model_cfg(**kw):
     m = {k: v["default"] for k, v in RRFNet.schema["properties"]["model"]["properties"].items() if "default" in v}
-    return m | {"embed_dim": 512} | kw
+    return RRFNetModel(**(m | {"embed_dim": 512} | kw))
 
 
 def count(module):
@@ -232,7 +232,7 @@ def test_rrf_trains_on_tiny_synth_with_hglmm(tiny_synth, tiny_hglmm, tmp_path):
     sims, info = score_split(tmp_path / "run", progress=False)
     assert sims.shape == (12, 60) and np.isfinite(sims).all() and np.abs(sims).max() <= 1 + 1e-5
     # Caffe multipliers: biases (and BN betas) at 2x lr without weight decay
-    model = RRFNet(cfg, 1280, None)
+    model = RRFNet.from_config(cfg, 1280, None)
     groups = {g["name"]: g for g in model.param_groups(0.05, 0.1)}
     assert groups["main_bias"]["lr"] == pytest.approx(0.1) and groups["main_bias"]["weight_decay"] == 0.0
     assert "weight_decay" not in groups["main"]

@@ -125,9 +125,9 @@ def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch
     seen = []
     original = VSEPP.compute_loss
 
-    def spy(self, img, txt, pos_mask, epoch):
+    def spy(self, fwd, pos_mask, epoch):
         seen.append(pos_mask.cpu())
-        return original(self, img, txt, pos_mask, epoch)
+        return original(self, fwd, pos_mask, epoch)
 
     monkeypatch.setattr(VSEPP, "compute_loss", spy)
     from xmr import loaders as train_data_module

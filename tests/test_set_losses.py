@@ -230,16 +230,17 @@ def test_pvse_warmup_sums_hinges_then_takes_the_hardest(tiny_synth):
                                             "word_dim": 8}, loss={"warmup_epochs": 1, "div_weight": 0,
                                                                   "mmd_weight": 0}))
     torch.manual_seed(0)
-    model = METHODS.get("pvse")(cfg, 12, vocab).train()
+    model = METHODS.get("pvse").from_config(cfg, 12, vocab).train()
     feats = torch.randn(4, 5, 12, generator=torch.Generator().manual_seed(1))
-    img, txt = model(feats, torch.tensor([5, 5, 3, 4]), model.text.collate([" ".join(c) for c in caps], caps))
+    fwd = model(feats, torch.tensor([5, 5, 3, 4]), model.text.collate([" ".join(c) for c in caps], caps))
+    img, txt = fwd["img"], fwd["txt"]
     pos = torch.eye(4, dtype=torch.bool)
     sims = set_similarity(img, txt, "max")
     # margin 0.1, PVSE's mean over all B x B hinge entries (its default); epoch counts from 0, so [0, 1) is the
     # warm-up
-    assert model.compute_loss(img, txt, pos, 0.5)["loss"].item() == pytest.approx(
+    assert model.compute_loss(fwd, pos, 0.5)["loss"].item() == pytest.approx(
         triplet_loss(sims, pos, 0.1, False, "mean_pairs").item(), rel=1e-6)
-    assert model.compute_loss(img, txt, pos, 1.0)["loss"].item() == pytest.approx(
+    assert model.compute_loss(fwd, pos, 1.0)["loss"].item() == pytest.approx(
         triplet_loss(sims, pos, 0.1, True, "mean").item(), rel=1e-6)
     assert triplet_loss(sims, pos, 0.1, False, "mean_pairs").item() != pytest.approx(
         triplet_loss(sims, pos, 0.1, True, "mean").item())  # the two forms differ on this batch

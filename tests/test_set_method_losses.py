@@ -23,7 +23,7 @@ def build(tiny_synth, method, **sections):
     cfg = load_run_config(tiny_synth.recipe(method, name=f"{method}_loss_unit",
                                             text={"word_vectors": None, "word_dim": 8}, **sections))
     torch.manual_seed(0)
-    return METHODS.get(method)(cfg, 12, VOCAB).train()
+    return METHODS.get(method).from_config(cfg, 12, VOCAB).train()
 
 
 def batch(model):
@@ -123,11 +123,12 @@ def np64(t):
 def test_pvse_loss_is_mil_triplet_plus_weighted_gram_diversity_and_mmd(tiny_synth):
     model = build(tiny_synth, "pvse", model={"num_embeds": 3},
                   loss={"margin": 0.3, "div_weight": 0.3, "mmd_weight": 0.7, "mmd_gamma": 0.5})
-    img, txt = model(*batch(model))
-    out = model.compute_loss(img, txt, POS, 0.0)
+    fwd = model(*batch(model))
+    img, txt = fwd["img"], fwd["txt"]
+    out = model.compute_loss(fwd, POS, 0.0)
     i, t = np64(img), np64(txt)
     ranking = hardest_triplet_mean(mil(i, t), POS.numpy(), 0.3)
-    div = gram_diversity(np64(model._aux["image_residuals"])) + gram_diversity(np64(model._aux["text_residuals"]))
+    div = gram_diversity(np64(fwd["image_residuals"])) + gram_diversity(np64(fwd["text_residuals"]))
     m = mmd(i.reshape(-1, i.shape[-1]), t.reshape(-1, t.shape[-1]), 0.5)
     assert out["ranking"].item() == pytest.approx(ranking, rel=1e-5)
     assert out["diversity"].item() == pytest.approx(div, rel=1e-5)
@@ -136,8 +137,9 @@ def test_pvse_loss_is_mil_triplet_plus_weighted_gram_diversity_and_mmd(tiny_synt
     assert div > 0 and ranking > 0  # the fixture exercises every term
     # K = 1: no diversity and no MMD (both are defined on sets only)
     single = build(tiny_synth, "pvse", model={"num_embeds": 1}, loss={"margin": 0.3})
-    img, txt = single(*batch(single))
-    out = single.compute_loss(img, txt, POS, 0.0)
+    fwd = single(*batch(single))
+    img, txt = fwd["img"], fwd["txt"]
+    out = single.compute_loss(fwd, POS, 0.0)
     assert set(out) == {"loss", "ranking"}
     assert out["loss"].item() == pytest.approx(hardest_triplet_mean(mil(np64(img), np64(txt)), POS.numpy(), 0.3),
                                                 rel=1e-5)
@@ -148,8 +150,9 @@ def test_pvse_summed_hinges_average_over_all_b_by_b_entries_like_its_code(tiny_s
     # B x B entries per direction; batch of 4 => each direction's sum / 16 (xmr's old reduction divided by 4)
     model = build(tiny_synth, "pvse", model={"num_embeds": 3},
                   loss={"margin": 0.3, "div_weight": 0.0, "mmd_weight": 0.0, "max_violation": False})
-    img, txt = model(*batch(model))
-    out = model.compute_loss(img, txt, POS, 0.0)
+    fwd = model(*batch(model))
+    img, txt = fwd["img"], fwd["txt"]
+    out = model.compute_loss(fwd, POS, 0.0)
     sims = mil(np64(img), np64(txt))
     assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.3, 16), rel=1e-5)
     assert out["ranking"].item() > 0
@@ -163,8 +166,9 @@ def test_dive_summed_hinges_average_over_the_negatives_like_its_code(tiny_synth)
     model = build(tiny_synth, "dive",
                   model={"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8, "dropout": 0.0},
                   loss={"margin": 0.2, "alpha": 16.0, "mmd_weight": 0.0, "div_weight": 0.0, "max_violation": False})
-    img, txt = model(*batch(model))
-    out = model.compute_loss(img, txt, POS, 0.0)
+    fwd = model(*batch(model))
+    img, txt = fwd["img"], fwd["txt"]
+    out = model.compute_loss(fwd, POS, 0.0)
     sims = smooth_chamfer(np64(img), np64(txt), 16.0)
     assert out["ranking"].item() == pytest.approx(summed_triplet(sims, POS.numpy(), 0.2, 10), rel=1e-5)
     assert out["ranking"].item() > 0
@@ -173,13 +177,14 @@ def test_dive_loss_is_smooth_chamfer_triplet_plus_mmd_and_slot_uniformity(tiny_s
     model = build(tiny_synth, "dive",
                   model={"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8, "dropout": 0.0},
                   loss={"margin": 0.2, "alpha": 16.0, "mmd_weight": 0.4, "div_weight": 0.3, "div_scale": 2.0})
-    img, txt = model(*batch(model))
-    out = model.compute_loss(img, txt, POS, 0.0)
+    fwd = model(*batch(model))
+    img, txt = fwd["img"], fwd["txt"]
+    out = model.compute_loss(fwd, POS, 0.0)
     i, t = np64(img), np64(txt)
     ranking = hardest_triplet_mean(smooth_chamfer(i, t, 16.0), POS.numpy(), 0.2)
     m = mmd(i.reshape(-1, i.shape[-1]), t.reshape(-1, t.shape[-1]), 0.5)
     # the diversity term reads the slots before the global feature is added (card §4.3), not the embeddings
-    div = uniformity(np64(model._aux["image_slots"]), 2.0) + uniformity(np64(model._aux["text_slots"]), 2.0)
+    div = uniformity(np64(fwd["image_slots"]), 2.0) + uniformity(np64(fwd["text_slots"]), 2.0)
     assert out["ranking"].item() == pytest.approx(ranking, rel=1e-5)
     assert out["mmd"].item() == pytest.approx(m, rel=1e-4, abs=1e-7)
     assert out["diversity"].item() == pytest.approx(div, rel=1e-5)
@@ -214,10 +219,11 @@ def test_pcme_loss_is_soft_contrastive_twice_plus_beta_kl_and_uniformity(tiny_sy
     model = build(tiny_synth, "pcme", model={"num_samples": 2, "init_scale": 2.0, "init_shift": 1.0,
                                              "text_sigma_branch": "linear"},
                   loss={"vib_beta": 0.5, "reduction": reduction, "uniform_weight": 0.3})
-    img, txt = model(*batch(model))
+    fwd = model(*batch(model))
+    img, txt = fwd["img"], fwd["txt"]
     assert img.shape == (4, 2, 32)  # [μ, log σ]
     torch.manual_seed(7)
-    out = model.compute_loss(img, txt, POS, 0.0)
+    out = model.compute_loss(fwd, POS, 0.0)
     # the same draws: image noise first, then caption noise, (B, J, D) each
     torch.manual_seed(7)
     eps_i, eps_t = torch.randn(4, 2, 32).double().numpy(), torch.randn(4, 2, 32).double().numpy()

@@ -163,13 +163,14 @@ def loss_only_model(*overrides):
     from pathlib import Path
 
     from xmr.run_config import load_run_config
+    from xmr.methods.base import settings_from
     from xmr.methods.vse_2ad import VSE2AD
 
     cfg = load_run_config(Path(__file__).resolve().parents[1] / "config" / "recipes" / "synth" / "vse_2ad.yaml",
                           list(overrides))
-    model = VSE2AD.__new__(VSE2AD)  # compute_loss reads only cfg
+    model = VSE2AD.__new__(VSE2AD)  # compute_loss reads only its loss settings
     torch.nn.Module.__init__(model)
-    model.cfg = cfg
+    model.loss_settings = settings_from(VSE2AD.loss_settings_class, cfg["loss"], "loss")
     return model
 
 
@@ -179,7 +180,7 @@ def test_method_loss_passes_config_and_sibling_mask_to_adopt_and_triplet():
     pos = torch.tensor([[True, True, False], [True, True, False], [False, False, True]])
     ce = lambda rs: sum(-math.log(softmax(r)[0]) for r in rs) / 3  # noqa: E731
     model = loss_only_model("loss.k_mode=constant", "loss.const_k=1", "loss.tau=0.1", "loss.margin=0.2")
-    out = model.compute_loss(img, txt, pos, 0.0)
+    out = model.compute_loss({"img": img, "txt": txt}, pos, 0.0)
     # as in test_adopt_loss_directions_and_sibling_positives: rows [5, 1], [6, 3], [8, 6]; cols [5, 2], [6, 6], [8, 3]
     assert out["loss"].item() == pytest.approx((ce([[5, 1], [6, 3], [8, 6]]) + ce([[5, 2], [6, 6], [8, 3]])) / 2,
                                                rel=1e-5)
@@ -188,15 +189,15 @@ def test_method_loss_passes_config_and_sibling_mask_to_adopt_and_triplet():
     paper = loss_only_model("loss.k_mode=constant", "loss.const_k=1", "loss.tau=0.1", "loss.margin=0.2",
                             "loss.direction_reduce=sum", "loss.positive_in_denominator=false")
     lse_minus_pos = lambda rs: sum(r[1] - r[0] for r in rs) / 3  # noqa: E731  (one negative: LSE = itself)
-    assert paper.compute_loss(img, txt, pos, 0.0)["loss"].item() == pytest.approx(
+    assert paper.compute_loss({"img": img, "txt": txt}, pos, 0.0)["loss"].item() == pytest.approx(
         lse_minus_pos([[5, 1], [6, 3], [8, 6]]) + lse_minus_pos([[5, 2], [6, 6], [8, 3]]), rel=1e-5)
     # "-ADOPT": VSE++ triplet (sum reduction), summed hinges in the warm-up epoch, hardest negative after it.
     # margin 0.5, diagonal-only mask: rows r0: col 1 0.2 (col 2 < 0) | r1: col 0 0.2, col 2 0.0 | r2: col 1 0.1;
     # cols c0: row 1 0.3, row 2 0.0 | c1: row 0 0.1, row 2 0.3 | c2: none  => sum 1.2, hardest 1.1
     tri = loss_only_model("loss.name=triplet", "loss.margin=0.5", "loss.warmup_epochs=1")
     eye = torch.eye(3, dtype=torch.bool)
-    assert tri.compute_loss(img, txt, eye, 0.5)["loss"].item() == pytest.approx(1.2, abs=1e-6)
-    assert tri.compute_loss(img, txt, eye, 1.0)["loss"].item() == pytest.approx(1.1, abs=1e-6)
+    assert tri.compute_loss({"img": img, "txt": txt}, eye, 0.5)["loss"].item() == pytest.approx(1.2, abs=1e-6)
+    assert tri.compute_loss({"img": img, "txt": txt}, eye, 1.0)["loss"].item() == pytest.approx(1.1, abs=1e-6)
     # sibling mask: (0, 1) and (1, 0) are not negatives; left: r2 col 1 0.1 and c1 row 2 0.3
-    assert tri.compute_loss(img, txt, pos, 0.5)["loss"].item() == pytest.approx(0.4, abs=1e-6)
-    assert tri.compute_loss(img, txt, pos, 1.0)["loss"].item() == pytest.approx(0.4, abs=1e-6)
+    assert tri.compute_loss({"img": img, "txt": txt}, pos, 0.5)["loss"].item() == pytest.approx(0.4, abs=1e-6)
+    assert tri.compute_loss({"img": img, "txt": txt}, pos, 1.0)["loss"].item() == pytest.approx(0.4, abs=1e-6)

@@ -41,7 +41,7 @@ def build_model(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
     backbone = build_image_backbone(cfg, pretrained_backbone) if is_end_to_end(cfg) else None
     if backbone is not None:
         image_dim = backbone.feature_dim
-    model = METHODS.get(cfg["method"])(cfg, image_dim, vocab_words)
+    model = METHODS.get(cfg["method"]).from_config(cfg, image_dim, vocab_words)
     if backbone is not None:
         model.image_backbone = backbone
     return model

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+import copy
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from xmr.errors import XmrError
+# also registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
+from xmr.models.text_precomputed import with_text_features_dir
 from xmr.registry import Registry
 
 METHODS: Registry[type["RetrievalModel"]] = Registry("method")
@@ -20,29 +26,89 @@ def strict_section(properties: dict[str, Any], required: list[str] | None = None
     return out
 
 
+def settings_from(settings_class: type, section: dict, where: str) -> Any:
+    """A method's frozen settings (a dataclass) filled from a validated config section: every field takes its value
+    from the section (the schema filled the defaults), so a field without one, or a key without a field, is a
+    drift between the dataclass and the schema and fails here, when the model is built."""
+    fields = dataclasses.fields(settings_class)
+    names = [f.name for f in fields]
+    # a field defaulting to None stands for a schema property without a default: absent from the section
+    optional = {f.name for f in fields if f.default is None}
+    missing = [n for n in names if n not in section and n not in optional]
+    extra = sorted(set(section) - set(names))
+    if missing or extra:
+        raise XmrError(f"{where}: {settings_class.__name__} and the method's schema disagree (no value for "
+                       f"{missing}, no field for {extra}); make the dataclass's fields the schema's properties")
+    return settings_class(**{n: copy.deepcopy(section[n]) for n in names if n in section})
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """The ``eval`` keys a model reads: its test-time similarity, the set similarities' α and the re-rankers'
+    parameters (PCME checks that they fit its score)."""
+    similarity: str
+    alpha: float
+    rerank: dict
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """Everything a method is built from, read from the run config once by :meth:`RetrievalModel.from_config`:
+    its own ``model`` and ``loss`` sections as its ``model_settings``/``loss_settings`` dataclasses, the
+    ``text`` section the text encoder is built from (``features_dir`` resolved for precomputed features) and
+    ``train.seed`` (word-vector initialisation)."""
+    method: str
+    model: Any
+    loss: Any
+    scoring: Scoring
+    text: dict
+    seed: int
+
+
 class RetrievalModel(nn.Module):
     """A dual encoder trained by :mod:`xmr.train.trainer` and evaluated by :mod:`xmr.evaluation`.
 
-    Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults) and
-    implement ``encode_image``, ``encode_text`` and ``compute_loss``. Embeddings are (B, D) or sets (B, K, D);
-    ``eval_similarity`` names the :mod:`xmr.similarity` measure used to compare them at test time.
+    Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults),
+    ``model_settings_class``/``loss_settings_class`` (frozen dataclasses whose fields are exactly those sections' properties;
+    the conformance test checks them against the schema) and implement ``encode_image``, ``encode_text`` and
+    ``compute_loss``. Embeddings are (B, D) or sets (B, K, D); ``eval_similarity`` names the
+    :mod:`xmr.similarity` measure used to compare them at test time.
+
+    Built by :meth:`from_config`, the only reader of the run config; a method reads its settings
+    (``self.model_settings``, ``self.loss_settings``, ``self.scoring``) and never the config.
     """
 
     schema: ClassVar[dict] = {}
-    # True when compute_loss is a function of (img, txt, pos_mask), the per-pair tensors gather_aux gathers and
-    # parameters only, so that DDP can gather every process's pairs into one global batch (train.gather_negatives)
+    model_settings_class: ClassVar[type]
+    loss_settings_class: ClassVar[type]
+    # True when compute_loss is a function of the forward's output (every tensor in it has one row per pair of the
+    # batch; the trainer gathers them all), the positives and parameters only, so that DDP can gather every
+    # process's pairs into one global batch (train.gather_negatives)
     gathered_loss: ClassVar[bool] = False
     # config sections that make the method small enough for the registry's conformance test at toy size (48
     # training images, embeddings of 32; tests/test_method_conformance.py); a new method sets what it needs
     conformance_overrides: ClassVar[dict] = {}
 
-    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
+    @classmethod
+    def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
+        """The method built from a validated run config (its schema's defaults filled)."""
+        name = run_cfg["method"]
+        ev = run_cfg["eval"]
+        settings = MethodSettings(
+            method=name,
+            model=settings_from(cls.model_settings_class, run_cfg["model"], f"{name}: model"),
+            loss=settings_from(cls.loss_settings_class, run_cfg["loss"], f"{name}: loss"),
+            scoring=Scoring(similarity=ev["similarity"], alpha=ev["alpha"], rerank=copy.deepcopy(ev["rerank"])),
+            text=with_text_features_dir(run_cfg), seed=run_cfg["train"]["seed"])
+        return cls(settings, image_dim, vocab_words)
+
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.embed_dim = cfg["model"]["embed_dim"]
-        # dataset image indices of the current training batch, set by the trainer before each forward (memory
-        # banks use them to recognise entries of the same image); None outside the trainer
-        self.batch_image_index: torch.Tensor | None = None
+        self.method_name = settings.method
+        self.model_settings, self.loss_settings, self.scoring = settings.model, settings.loss, settings.scoring
+        self.embed_dim = settings.model.embed_dim
+        self.seed = settings.seed  # train.seed: word vectors without a pretrained one start from it
+        self._text_section, self._vocab_words = settings.text, vocab_words
         # end-to-end training (features.source: images): the trainer attaches an xmr.models.image_backbone.FinetunedBackbone
         self.image_backbone: nn.Module | None = None
 
@@ -65,14 +131,37 @@ class RetrievalModel(nn.Module):
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raise NotImplementedError
 
-    def forward(self, feats: torch.Tensor, num_regions: torch.Tensor, text: dict[str, torch.Tensor]):
-        """Both encoders in one call (one forward per backward, as DistributedDataParallel expects)."""
-        return self.encode_image(feats, num_regions), self.encode_text(text)
+    def build_text_encoder(self) -> nn.Module:
+        """The run's text encoder (``text`` section) into the joint width. Each method calls this
+        once in ``__init__``, where its parameters are initialised (the order of initialisation fixes the
+        random weights a seed gives)."""
+        from xmr.models.text import build_text_encoder
+
+        return build_text_encoder(self._text_section, self.embed_dim, self._vocab_words, self.seed)
+
+    def image_outputs(self, feats: torch.Tensor, num_regions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``img`` (the image embeddings) and whatever else of the image side the loss (or a figure) reads:
+        set methods add their sub-embedding residuals, slots or masks. Default: the embeddings."""
+        return {"img": self.encode_image(feats, num_regions)}
+
+    def text_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``txt`` (the caption embeddings) and whatever else of the text side the loss reads."""
+        return {"txt": self.encode_text(batch)}
+
+    def forward(self, feats: torch.Tensor, num_regions: torch.Tensor, text: dict[str, torch.Tensor],
+                image_index: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Both encoders in one call (one forward per backward, as DistributedDataParallel expects): what
+        :meth:`compute_loss` reads, ``img`` and ``txt`` embeddings and any per-pair tensors a method's loss needs
+        (residuals, slots, masks), each with one row per pair of the batch (the trainer gathers them across
+        processes with ``train.gather_negatives``). ``image_index``: the (B,) dataset image indices (memory
+        banks recognise entries of the same image by them)."""
+        return {**self.image_outputs(feats, num_regions), **self.text_outputs(text)}
 
     # -- training ---------------------------------------------------------------------------------
-    def compute_loss(self, img: torch.Tensor, txt: torch.Tensor, pos_mask: torch.Tensor,
+    def compute_loss(self, out: dict[str, torch.Tensor], positives: torch.Tensor,
                      epoch: float) -> dict[str, torch.Tensor]:
-        """Return a dict with the total ``loss`` and any named terms (logged separately)."""
+        """From :meth:`forward`'s output and the (B, B) positives mask (rows images, columns captions): a dict
+        with the total ``loss`` and any named terms (logged separately)."""
         raise NotImplementedError
 
     def prepare(self, train_split) -> None:
@@ -80,28 +169,20 @@ class RetrievalModel(nn.Module):
         training starts: data-dependent state (CODER's concept vocabulary) is built here, so no method reads
         data on its own. Default: nothing."""
 
-    def on_train_step_end(self) -> None:
-        """Hook for momentum encoders, queues, ... (called after each optimizer step)."""
-
-    def gather_aux(self, gather: Callable[[torch.Tensor], torch.Tensor]) -> None:
-        """With ``train.gather_negatives``, after the embeddings are gathered: the per-pair tensors the forward
-        kept for the loss (``self._aux``: residuals, slots, masks; rows = the local batch) gathered the same way,
-        so that regularisers over them see the global batch too (DVSE, PVSE, DivE). Default: any tensor in
-        ``_aux``."""
-        aux = getattr(self, "_aux", None)
-        if aux:
-            self._aux = {k: gather(v) if torch.is_tensor(v) else v for k, v in aux.items()}
+    def on_train_step_end(self, out: dict[str, torch.Tensor]) -> None:
+        """Hook for momentum encoders, queues, ... (called after each optimizer step with the step's local
+        :meth:`forward` output)."""
 
     # -- evaluation -------------------------------------------------------------------------------
     @property
     def eval_similarity(self) -> str:
-        return self.cfg["eval"]["similarity"]
+        return self.scoring.similarity
 
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         """(N, M) image-caption scores for evaluation (chunked inside xmr.similarity)."""
         from xmr.similarity import compute_similarity
 
-        return compute_similarity(img, txt, measure=self.eval_similarity, alpha=self.cfg["eval"]["alpha"])
+        return compute_similarity(img, txt, measure=self.eval_similarity, alpha=self.scoring.alpha)
 
     def param_groups(self, lr: float, backbone_scale: float) -> list[dict]:
         """Optimizer groups: pretrained text-encoder weights get ``lr * backbone_scale``."""

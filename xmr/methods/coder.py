@@ -20,7 +20,7 @@ mode (the trainer gives the constructor no captions); they live in the state dic
 the graph as buffers, the concept vectors as a parameter), so ``load_trained`` rebuilds the model without data.
 
 Each queue entry carries the dataset index of its image (``queue_image``, -1 = empty slot), taken from
-``model.batch_image_index`` (set by the trainer before every training forward), so entries of an anchor's own
+the ``image_index`` the trainer gives every training forward, so entries of an anchor's own
 image are recognised exactly, whatever crop or augmentation produced them.
 """
 
@@ -30,6 +30,7 @@ import copy
 import re
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,12 +40,11 @@ from torch import nn
 from xmr.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_loss
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.methods.vse_inf import GPO_SCHEMA
 from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
-from xmr.models.text import build_text_encoder
 
 # Function words never chosen as concepts (the supplement selects object/motion/property words).
 STOP_WORDS = frozenset("""
@@ -166,8 +166,47 @@ def concept_adjacency(counts: np.ndarray, n: np.ndarray, eps: float, mode: str =
 
 
 # -- the method ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CODERModel:
+    """The ``model`` section (:attr:`CODER.schema`)."""
+    embed_dim: int
+    residual_mlp: bool
+    gpo: dict
+    size_augment: dict
+    text_augment: float
+    share_text_query_aggr: bool
+    concept: dict
+    momentum: float
+    queue_size: int
+    n_prototypes: int
+    fusion_alpha: float
+
+
+@dataclass(frozen=True)
+class CODERLoss:
+    """The ``loss`` section (:attr:`CODER.schema`)."""
+    mu: float
+    gamma: float
+    form: str
+    diversity: str
+    eps_div: float
+    sd_formula: str
+    div_direction: str
+    entropy_temperature: float
+    weight_instance: float
+    weight_memory: float
+    weight_concept: float
+    weight_pseudo_label: float
+    queue_mask_same_image: bool
+    sinkhorn_epsilon: float
+    sinkhorn_iterations: int
+    prototype_temperature: float
+    pl_cross_modal: bool
+
+
 @METHODS.register("coder")
 class CODER(RetrievalModel):
+    model_settings_class, loss_settings_class = CODERModel, CODERLoss
     conformance_overrides = {"model": {"queue_size": 64, "n_prototypes": 16}}
     schema = {
         "type": "object",
@@ -212,16 +251,16 @@ class CODER(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
-        super().__init__(cfg, image_dim, vocab_words)
-        m, d = cfg["model"], self.embed_dim
-        c = m["concept"]
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m, d = self.model_settings, self.embed_dim
+        c = m.concept
         # instance branch
-        self.image_proj = LocalProjection(image_dim, d, m["residual_mlp"])
-        self.image_gpo = GPO(**m["gpo"])
-        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
-        self.text_gpo = GPO(**m["gpo"])
-        self.text_query_gpo = None if m["share_text_query_aggr"] else GPO(**m["gpo"])
+        self.image_proj = LocalProjection(image_dim, d, m.residual_mlp)
+        self.image_gpo = GPO(**m.gpo)
+        self.text = self.build_text_encoder()
+        self.text_gpo = GPO(**m.gpo)
+        self.text_query_gpo = None if m.share_text_query_aggr else GPO(**m.gpo)
         # momentum encoders (no gradients; EMA of the instance branch)
         self.key_image_proj = copy.deepcopy(self.image_proj)
         self.key_image_gpo = copy.deepcopy(self.image_gpo)
@@ -243,17 +282,15 @@ class CODER(RetrievalModel):
         for lin in (self.query_image, self.query_text):
             nn.init.eye_(lin.weight)
         # pseudo labels: prototypes (unit rows)
-        self.prototypes = nn.Linear(d, m["n_prototypes"], bias=False)
+        self.prototypes = nn.Linear(d, m.n_prototypes, bias=False)
         with torch.no_grad():
             self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
         # queues of momentum keys, each entry with the dataset index of its image (-1 = empty slot)
-        k = m["queue_size"]
+        k = m.queue_size
         self.register_buffer("queue_img", torch.zeros(k, d))
         self.register_buffer("queue_txt", torch.zeros(k, d))
         self.register_buffer("queue_image", torch.full((k,), -1, dtype=torch.long))
         self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
-        # (momentum image keys, momentum text keys, image indices) of the last training forward
-        self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     # -- state ----------------------------------------------------------------------------------------------------
     def get_extra_state(self) -> dict:
@@ -292,7 +329,7 @@ class CODER(RetrievalModel):
         from xmr.io import read_json
         from xmr.text.word_vectors import embedding_matrix
 
-        c = self.cfg["model"]["concept"]
+        c = self.model_settings.concept
         types = None
         if c["selection"] == "typed":
             if not c["word_types"]:
@@ -312,7 +349,7 @@ class CODER(RetrievalModel):
         counts, n = cooccurrence(units, words)
         adj = concept_adjacency(counts, n, c["eps_graph"], c["adj_mode"], c["rescale"], c["rescale_t"],
                                 c["rescale_p"])
-        init, _ = embedding_matrix(words, c["word_vectors"], c["word_dim"], self.cfg["train"]["seed"])
+        init, _ = embedding_matrix(words, c["word_vectors"], c["word_dim"], self.seed)
         if init.shape[1] != c["word_dim"]:
             raise XmrError(f"model.concept.word_dim: {c['word_dim']} but {c['word_vectors']} vectors are "
                            f"{init.shape[1]}-d; set model.concept.word_dim: {init.shape[1]}")
@@ -345,7 +382,7 @@ class CODER(RetrievalModel):
         return F.normalize(y, dim=-1)
 
     def _concept_embed(self, query: torch.Tensor, proj: nn.Linear, y: torch.Tensor) -> torch.Tensor:
-        lam = self.cfg["model"]["concept"]["smoothness"]
+        lam = self.model_settings.concept["smoothness"]
         logits = lam * proj(F.normalize(query, dim=-1)) @ y.t()
         attn = torch.softmax(logits.masked_fill(~self.concept_valid, float("-inf")), dim=-1)
         return F.normalize(attn @ y, dim=-1)
@@ -367,56 +404,48 @@ class CODER(RetrievalModel):
         """(B, 2, D): [instance v^I, concept v^C]."""
         if self.training:
             self._ensure_concepts()
-            feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
+            feats, num_regions = drop_regions(feats, num_regions, **self.model_settings.size_augment)
         return self._image_embed(feats, num_regions)
 
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """(B, 2, D): [instance w^I, concept w^C]."""
         if self.training:
             self._ensure_concepts()
-            batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
+            batch = augment_caption_batch(batch, self.text, self.model_settings.text_augment)
         return self._text_embed(batch)
 
-    def forward(self, feats, num_regions, text):
+    def forward(self, feats, num_regions, text, image_index=None):
+        """In training mode, besides the embeddings: the momentum keys of the same (augmented) inputs
+        (``key_img``, ``key_txt``) and the batch's dataset ``image_index``, which the loss and the queue read."""
         if not self.training:
-            return self.encode_image(feats, num_regions), self.encode_text(text)
+            return {"img": self.encode_image(feats, num_regions), "txt": self.encode_text(text)}
         self._ensure_concepts()
-        m = self.cfg["model"]
-        image_index = self._batch_image_index(feats.shape[0], feats.device)
-        feats, num_regions = drop_regions(feats, num_regions, **m["size_augment"])
-        text = augment_caption_batch(text, self.text, m["text_augment"])
+        m = self.model_settings
+        image_index = _checked_image_index(image_index, feats.shape[0], feats.device)
+        feats, num_regions = drop_regions(feats, num_regions, **m.size_augment)
+        text = augment_caption_batch(text, self.text, m.text_augment)
         with torch.no_grad():  # momentum keys of the same (augmented) inputs
             key_img = F.normalize(self.key_image_gpo(self.key_image_proj(feats), num_regions).float(), dim=-1)
             h, lengths = self.key_text(text)
             key_txt = F.normalize(self.key_text_gpo(h, lengths).float(), dim=-1)
-        self._pending = (key_img, key_txt, image_index)
-        return self._image_embed(feats, num_regions), self._text_embed(text)
-
-    def _batch_image_index(self, batch_size: int, device: torch.device) -> torch.Tensor:
-        """(B,) long copy of ``self.batch_image_index``, checked against the batch."""
-        index = self.batch_image_index
-        if index is None:
-            raise XmrError("coder: a training forward needs the batch's dataset image indices; the trainer sets "
-                           "them, a caller sets model.batch_image_index = image_indices ((B,) long) first")
-        index = torch.as_tensor(index)
-        if index.shape != (batch_size,) or index.is_floating_point() or index.dtype == torch.bool:
-            raise XmrError(f"coder: model.batch_image_index must be a ({batch_size},) integer tensor for this batch, "
-                           f"got {tuple(index.shape)} {index.dtype}; set it to the batch's image indices")
-        return index.detach().to(device=device, dtype=torch.long).clone()
+        return {"img": self._image_embed(feats, num_regions), "txt": self._text_embed(text),
+                "key_img": key_img, "key_txt": key_txt, "image_index": image_index}
 
     # -- training ---------------------------------------------------------------------------------------------------
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        if self._pending is None:
-            raise XmrError("coder: compute_loss needs the momentum keys of a training-mode forward (model(...))")
-        c = self.cfg["loss"]
-        key_img, key_txt, image_index = self._pending
+    def compute_loss(self, out, positives, epoch):
+        if "key_img" not in out:
+            raise XmrError("coder: compute_loss needs the output of a training-mode forward (model(...)), with "
+                           "the momentum keys")
+        c = self.loss_settings
+        img, txt = out["img"], out["txt"]
+        key_img, key_txt, image_index = out["key_img"], out["key_txt"], out["image_index"]
         v_i, v_c, w_i, w_c = img[:, 0], img[:, 1], txt[:, 0], txt[:, 1]
         b = v_i.shape[0]
         eye = torch.eye(b, dtype=torch.bool, device=img.device)
-        neg = ~(pos_mask | eye)
-        opts = dict(mu=c["mu"], gamma=c["gamma"], form=c["form"], diversity_kind=c["diversity"], eps=c["eps_div"],
-                    sd_formula=c["sd_formula"], div_direction=c["div_direction"],
-                    entropy_temperature=c["entropy_temperature"])
+        neg = ~(positives | eye)
+        opts = dict(mu=c.mu, gamma=c.gamma, form=c.form, diversity_kind=c.diversity, eps=c.eps_div,
+                    sd_formula=c.sd_formula, div_direction=c.div_direction,
+                    entropy_temperature=c.entropy_temperature)
         terms: dict[str, torch.Tensor] = {}
         inst = dcl_loss(v_i, w_i, w_i, v_i, neg, neg.t(), **opts)
         terms["instance"] = inst["loss"]
@@ -424,7 +453,7 @@ class CODER(RetrievalModel):
         # memory-bank DCL: candidates = momentum keys of the batch, then the queue
         valid_q = self.queue_image >= 0
         q_neg = valid_q[None, :].expand(b, -1)
-        if c["queue_mask_same_image"]:  # queued keys of the anchor's own image are not negatives
+        if c.queue_mask_same_image:  # queued keys of the anchor's own image are not negatives
             q_neg = q_neg & (self.queue_image[None, :] != image_index[:, None])
         neg_i = torch.cat([neg, q_neg], dim=1)
         neg_t = torch.cat([neg.t(), q_neg], dim=1)
@@ -434,28 +463,29 @@ class CODER(RetrievalModel):
         terms["concept"] = dcl_loss(v_c, w_c, w_c, v_c, neg, neg.t(), **opts)["loss"]
         # pseudo labels: Sinkhorn codes of the momentum instance keys, predicted from the concept embeddings
         protos = F.normalize(self.prototypes.weight, dim=1)
-        codes_img = sinkhorn_codes(key_img @ protos.detach().t(), c["sinkhorn_epsilon"], c["sinkhorn_iterations"])
-        codes_txt = sinkhorn_codes(key_txt @ protos.detach().t(), c["sinkhorn_epsilon"], c["sinkhorn_iterations"])
-        if c["pl_cross_modal"]:
+        codes_img = sinkhorn_codes(key_img @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
+        codes_txt = sinkhorn_codes(key_txt @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
+        if c.pl_cross_modal:
             codes_img, codes_txt = codes_txt, codes_img
-        tau = c["prototype_temperature"]
+        tau = c.prototype_temperature
         terms["pseudo_label"] = (pseudo_label_loss(v_c @ protos.t() / tau, codes_img)
                                  + pseudo_label_loss(w_c @ protos.t() / tau, codes_txt))
-        loss = (c["weight_instance"] * terms["instance"] + c["weight_memory"] * terms["memory"]
-                + c["weight_concept"] * terms["concept"] + c["weight_pseudo_label"] * terms["pseudo_label"])
+        loss = (c.weight_instance * terms["instance"] + c.weight_memory * terms["memory"]
+                + c.weight_concept * terms["concept"] + c.weight_pseudo_label * terms["pseudo_label"])
         return {"loss": loss, **terms}
 
     @torch.no_grad()
-    def on_train_step_end(self) -> None:
-        """EMA of the key encoders, enqueue this step's keys, re-normalise the prototypes."""
-        m = self.cfg["model"]["momentum"]
+    def on_train_step_end(self, out: dict[str, torch.Tensor]) -> None:
+        """EMA of the key encoders, enqueue this step's keys (from its forward's ``out``), re-normalise the
+        prototypes."""
+        m = self.model_settings.momentum
         for online, key in self._key_pairs():
             for p_k, p_o in zip(key.parameters(), online.parameters()):
                 p_k.mul_(m).add_(p_o.detach(), alpha=1 - m)
             for b_k, b_o in zip(key.buffers(), online.buffers()):
                 b_k.copy_(b_o)
-        if self._pending is not None and self.queue_img.shape[0] > 0:
-            key_img, key_txt, image_index = self._pending
+        if "key_img" in out and self.queue_img.shape[0] > 0:
+            key_img, key_txt, image_index = out["key_img"], out["key_txt"], out["image_index"]
             k = self.queue_img.shape[0]
             n = min(key_img.shape[0], k)
             idx = (self.queue_ptr + torch.arange(n, device=key_img.device)) % k
@@ -463,15 +493,26 @@ class CODER(RetrievalModel):
             self.queue_txt[idx] = key_txt[-n:].to(self.queue_txt.dtype)
             self.queue_image[idx] = image_index[-n:]
             self.queue_ptr.copy_((self.queue_ptr + n) % k)
-        self._pending = None
         self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
 
     # -- evaluation -------------------------------------------------------------------------------------------------
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         from xmr.similarity import compute_similarity
 
-        alpha = self.cfg["model"]["fusion_alpha"]
+        alpha = self.model_settings.fusion_alpha
         sims = compute_similarity(img[:, 0], txt[:, 0], measure="cosine")
         if alpha < 1:
             sims = alpha * sims + (1 - alpha) * compute_similarity(img[:, 1], txt[:, 1], measure="cosine")
         return sims
+
+
+def _checked_image_index(index: torch.Tensor | None, batch_size: int, device: torch.device) -> torch.Tensor:
+    """(B,) long copy of a training forward's ``image_index``, checked against the batch."""
+    if index is None:
+        raise XmrError("coder: a training forward needs the batch's dataset image indices; the trainer passes "
+                       "them, a caller calls model(feats, num_regions, text, image_index) ((B,) long)")
+    index = torch.as_tensor(index)
+    if index.shape != (batch_size,) or index.is_floating_point() or index.dtype == torch.bool:
+        raise XmrError(f"coder: image_index must be a ({batch_size},) integer tensor for this batch, "
+                       f"got {tuple(index.shape)} {index.dtype}; pass the batch's image indices")
+    return index.detach().to(device=device, dtype=torch.long).clone()

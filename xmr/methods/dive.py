@@ -18,28 +18,71 @@ exp(-2‖x - x'‖²) of the L2-normalised slots before the global feature is ad
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from xmr.errors import XmrError
 from xmr.losses.set_regularizers import mmd_rbf, pairwise_uniformity
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.augment import (SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, compact,
                                 region_keep_mask, text_augment_style_schema)
 from xmr.models.image import LocalProjection
 from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
 from xmr.models.slot_attention import POSITION_LENGTHS, SetPredictionModule, sine_positions_1d, sine_positions_2d
-from xmr.models.text import build_text_encoder
 from xmr.similarity import set_similarity
 
 SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
 
 
+@dataclass(frozen=True)
+class DivEModel:
+    """The ``model`` section (:attr:`DivE.schema`)."""
+    embed_dim: int
+    num_embeds: int
+    iterations: int
+    heads: int
+    dim_head: int
+    ff_mult: int
+    dropout: float
+    pad_mode: str
+    learnable_slots: bool
+    slot_update: str
+    add_global: bool
+    image_residual_mlp: bool
+    image_global_pool: str
+    image_pos_enc: str
+    text_local: str
+    text_global: str
+    text_pos_enc: str
+    text_pos_length: str
+    spm_lr_scale: float
+    size_augment: dict
+    text_augment: float
+    text_augment_style: str
+
+
+@dataclass(frozen=True)
+class DivELoss:
+    """The ``loss`` section (:attr:`DivE.schema`)."""
+    margin: float
+    similarity: str
+    alpha: float
+    max_violation: bool
+    reduction: str
+    mmd_weight: float
+    mmd_gamma: float
+    div_weight: float
+    div_scale: float
+
+
 @METHODS.register("dive")
 class DivE(RetrievalModel):
+    model_settings_class, loss_settings_class = DivEModel, DivELoss
     conformance_overrides = {"model": {"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8}}
-    gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
+    gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -92,77 +135,80 @@ class DivE(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
         d = self.embed_dim
-        spm_kw = dict(num_slots=m["num_embeds"], iterations=m["iterations"], heads=m["heads"],
-                      dim_head=m["dim_head"], ff_mult=m["ff_mult"], dropout=m["dropout"], pad_mode=m["pad_mode"],
-                      learnable_slots=m["learnable_slots"], update=m["slot_update"], add_global=m["add_global"])
-        self.image_proj = LocalProjection(image_dim, d, m["image_residual_mlp"])
-        self.image_dropout = nn.Dropout(m["dropout"])
+        spm_kw = dict(num_slots=m.num_embeds, iterations=m.iterations, heads=m.heads,
+                      dim_head=m.dim_head, ff_mult=m.ff_mult, dropout=m.dropout, pad_mode=m.pad_mode,
+                      learnable_slots=m.learnable_slots, update=m.slot_update, add_global=m.add_global)
+        self.image_proj = LocalProjection(image_dim, d, m.image_residual_mlp)
+        self.image_dropout = nn.Dropout(m.dropout)
         self.image_spm = SetPredictionModule(d, d, **spm_kw)
-        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
+        self.text = self.build_text_encoder()
         if self.text.out_dim != d:
             raise XmrError(f"text encoder gives {self.text.out_dim}-d outputs, the joint space is {d}-d")
-        self.text_dim = text_local_dim(self.text, m["text_local"])
+        self.text_dim = text_local_dim(self.text, m.text_local)
         self.text_spm = SetPredictionModule(self.text_dim, d, **spm_kw)
-        self._aux: dict = {}
 
     def encode_image(self, feats, num_regions):
-        m = self.cfg["model"]
+        return self.image_outputs(feats, num_regions)["img"]
+
+    def encode_text(self, batch):
+        return self.text_outputs(batch)["txt"]
+
+    def image_outputs(self, feats, num_regions):
+        m = self.model_settings
         pos = None
-        if m["image_pos_enc"] == "sine2d":  # one position per grid cell, fixed before any cell is dropped
+        if m.image_pos_enc == "sine2d":  # one position per grid cell, fixed before any cell is dropped
             pos = sine_positions_2d(feats.shape[1], self.embed_dim, feats.device)[None]
-        aug = m["size_augment"]
+        aug = m.size_augment
         if self.training and aug["mode"] != "none" and aug["p"] > 0:
             keep = region_keep_mask(num_regions, feats.shape[1], aug["mode"], aug["p"])
             if pos is not None:
                 pos = compact(pos.expand(feats.shape[0], -1, -1), keep)[0]
             feats, num_regions = compact(feats, keep)
         local = self.image_dropout(self.image_proj(feats))
-        glob = POOLS[m["image_global_pool"]](local, num_regions)
+        glob = POOLS[m.image_global_pool](local, num_regions)
         out = self.image_spm(local, num_regions, glob, None if pos is None else pos.to(local.dtype))
-        self._aux["image_slots"] = out["slots"]
-        return out["embeddings"]
+        return {"img": out["embeddings"], "image_slots": out["slots"]}
 
-    def encode_text(self, batch):
-        m = self.cfg["model"]
+    def text_outputs(self, batch):
+        m = self.model_settings
         if self.training:
-            batch = augment_caption_batch(batch, self.text, m["text_augment"], m["text_augment_style"])
-        glob, local, lengths = text_global_and_local(self.text, batch, m["text_global"], m["text_local"])
+            batch = augment_caption_batch(batch, self.text, m.text_augment, m.text_augment_style)
+        glob, local, lengths = text_global_and_local(self.text, batch, m.text_global, m.text_local)
         pos = None
-        if m["text_pos_enc"] == "sine1d":
-            pos = sine_positions_1d(lengths, local.shape[1], self.text_dim, m["text_pos_length"]).to(local.dtype)
+        if m.text_pos_enc == "sine1d":
+            pos = sine_positions_1d(lengths, local.shape[1], self.text_dim, m.text_pos_length).to(local.dtype)
         out = self.text_spm(local, lengths, glob, pos)
-        self._aux["text_slots"] = out["slots"]
-        return out["embeddings"]
+        return {"txt": out["embeddings"], "text_slots": out["slots"]}
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
+    def compute_loss(self, out, positives, epoch):
         # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
-        with torch.autocast(img.device.type, enabled=False):
-            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+        with torch.autocast(out["img"].device.type, enabled=False):
+            return self._loss(out["img"].float(), out["txt"].float(), out, positives, epoch)
 
-    def _loss(self, img, txt, pos_mask, epoch):
-        lc = self.cfg["loss"]
-        sims = set_similarity(img, txt, lc["similarity"], alpha=lc["alpha"])
-        ranking = triplet_loss(sims, pos_mask, lc["margin"], lc["max_violation"], lc["reduction"])
+    def _loss(self, img, txt, out, positives, epoch):
+        lc = self.loss_settings
+        sims = set_similarity(img, txt, lc.similarity, alpha=lc.alpha)
+        ranking = triplet_loss(sims, positives, lc.margin, lc.max_violation, lc.reduction)
         loss, terms = ranking, {"ranking": ranking}
-        if lc["mmd_weight"] > 0:
-            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc["mmd_gamma"])
-            loss = loss + lc["mmd_weight"] * mmd
+        if lc.mmd_weight > 0:
+            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc.mmd_gamma)
+            loss = loss + lc.mmd_weight * mmd
             terms["mmd"] = mmd
-        if lc["div_weight"] > 0 and img.shape[1] > 1:
-            div = (pairwise_uniformity(self._aux["image_slots"].float(), lc["div_scale"])
-                   + pairwise_uniformity(self._aux["text_slots"].float(), lc["div_scale"]))
-            loss = loss + lc["div_weight"] * div
+        if lc.div_weight > 0 and img.shape[1] > 1:
+            div = (pairwise_uniformity(out["image_slots"].float(), lc.div_scale)
+                   + pairwise_uniformity(out["text_slots"].float(), lc.div_scale))
+            loss = loss + lc.div_weight * div
             terms["diversity"] = div
         return {"loss": loss, **terms}
 
     def param_groups(self, lr: float, backbone_scale: float) -> list[dict]:
         """Base groups, with the image projection and both set prediction modules at ``lr * spm_lr_scale``."""
         groups = super().param_groups(lr, backbone_scale)
-        scale = self.cfg["model"]["spm_lr_scale"]
+        scale = self.model_settings.spm_lr_scale
         if scale == 1.0:
             return groups
         spm_ids = {id(p) for n, p in self.named_parameters() if n.startswith(SPM_PREFIXES) and p.requires_grad}

@@ -29,6 +29,8 @@ other reading, the global embedding alone).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -37,9 +39,8 @@ from xmr.errors import XmrError
 from xmr.losses.orthogonal import DC_MODES, dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.set_heads import ACTIVATIONS, POOLS, PIEImageHead, PIETextHead
-from xmr.models.text import build_text_encoder
 from xmr.similarity import set_similarity
 
 
@@ -73,10 +74,39 @@ def _mean_over_processes(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@dataclass(frozen=True)
+class DVSEModel:
+    """The ``model`` section (:attr:`DVSE.schema`)."""
+    embed_dim: int
+    num_embeds: int
+    attention: bool
+    attention_hidden: int | None
+    activation: str
+    dropout: float
+    image_pool: str
+    text_pool: str
+    text_attention_input: str
+    dynamic_mask: dict
+
+
+@dataclass(frozen=True)
+class DVSELoss:
+    """The ``loss`` section (:attr:`DVSE.schema`)."""
+    margin: float
+    eta: float
+    ranking: str
+    t2i_negatives: str
+    reduction: str
+    warmup_epochs: float
+    sigma: dict
+    orthogonal: dict
+
+
 @METHODS.register("dvse")
 class DVSE(RetrievalModel):
+    model_settings_class, loss_settings_class = DVSEModel, DVSELoss
     conformance_overrides = {"model": {"num_embeds": 3}}
-    gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
+    gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -132,25 +162,25 @@ class DVSE(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
-        m, mask_cfg = cfg["model"], cfg["model"]["dynamic_mask"]
-        self.num_embeds = m["num_embeds"] if m["attention"] else 1
-        self.mask_enabled = mask_cfg["enabled"] and m["attention"]
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m, mask_cfg = self.model_settings, self.model_settings.dynamic_mask
+        self.num_embeds = m.num_embeds if m.attention else 1
+        self.mask_enabled = mask_cfg["enabled"] and m.attention
         self.mask_mode = mask_cfg["mode"]
-        if self.mask_enabled and self.mask_mode == "drop_terms" and cfg["eval"]["similarity"] != "max":
-            raise XmrError(f"eval.similarity: {cfg['eval']['similarity']!r} with model.dynamic_mask.mode "
+        if self.mask_enabled and self.mask_mode == "drop_terms" and self.scoring.similarity != "max":
+            raise XmrError(f"eval.similarity: {self.scoring.similarity!r} with model.dynamic_mask.mode "
                            f"drop_terms; masked sub-embeddings are left out of a max only: set eval.similarity: max")
-        if m["attention"]:
-            self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m["attention_hidden"],
-                                           m["activation"], m["dropout"], m["image_pool"])
+        if m.attention:
+            self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m.attention_hidden,
+                                           m.activation, m.dropout, m.image_pool)
         else:  # w/o SE, "global only" reading: LN(h_V(z))
             self.image_global = nn.Linear(image_dim, self.embed_dim)
             self.image_norm = nn.LayerNorm(self.embed_dim)
-            self.image_pool = POOLS[m["image_pool"]]
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
-        self.text_head = PIETextHead(self.text, self.embed_dim, 1, m["attention_hidden"], m["activation"],
-                                     m["dropout"], m["text_pool"], m["text_attention_input"])
+            self.image_pool = POOLS[m.image_pool]
+        self.text = self.build_text_encoder()
+        self.text_head = PIETextHead(self.text, self.embed_dim, 1, m.attention_hidden, m.activation,
+                                     m.dropout, m.text_pool, m.text_attention_input)
         # W² of Eq. 3: a fixed random projection (a buffer: saved with the model, never trained)
         gen = torch.Generator().manual_seed(mask_cfg["seed"])
         bound = (6.0 / (self.num_embeds + image_dim)) ** 0.5  # xavier-uniform range
@@ -158,13 +188,12 @@ class DVSE(RetrievalModel):
                              * bound)
         self.register_buffer("mask_feature_mean", torch.zeros(image_dim))
         self.register_buffer("mask_mean_ready", torch.zeros((), dtype=torch.bool))
-        self._aux: dict = {}
 
     # -- dynamic mask ---------------------------------------------------------------------------------
     def dynamic_mask(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         """(B, K) float in {0, 1}: round(sigmoid(mean_r(W² z_r))) = [W² mean_r(z) > 0]; all ones if empty."""
         pooled = POOLS["mean"](feats.float(), num_regions)
-        mcfg = self.cfg["model"]["dynamic_mask"]
+        mcfg = self.model_settings.dynamic_mask
         if mcfg["center"]:
             if self.training:
                 with torch.no_grad():
@@ -181,15 +210,16 @@ class DVSE(RetrievalModel):
         return torch.where(empty, torch.ones_like(mask), mask)
 
     # -- encoders -------------------------------------------------------------------------------------
-    def encode_image(self, feats, num_regions):
-        if not self.cfg["model"]["attention"]:
+    def image_outputs(self, feats, num_regions):
+        """``img`` (B, K, D), the residuals v̂ (``image_residuals``) and the dynamic ``mask`` (B, K) (None
+        without attention / without the mask)."""
+        if not self.model_settings.attention:
             g = self.image_global(self.image_pool(feats, num_regions))
-            self._aux = {"image_residuals": None, "mask": None}
-            return F.normalize(self.image_norm(g), dim=-1)[:, None, :]
+            return {"img": F.normalize(self.image_norm(g), dim=-1)[:, None, :], "image_residuals": None,
+                    "mask": None}
         mask = self.dynamic_mask(feats, num_regions) if self.mask_enabled else None
         gate = mask if self.mask_enabled and self.mask_mode == "gate" else None
         out = self.image_head(feats, num_regions, gate)
-        self._aux = {"image_residuals": out["residuals"], "mask": mask}
         emb = out["embeddings"]
         if mask is not None and self.mask_mode == "drop_terms" and not self.training:
             # test time: a masked slot is replaced by the image's first active one, so max over all K slots
@@ -197,39 +227,42 @@ class DVSE(RetrievalModel):
             first = mask.argmax(dim=1)
             fill = emb[torch.arange(emb.shape[0], device=emb.device), first][:, None, :]
             emb = torch.where(mask[..., None].bool(), emb, fill)
-        return emb
+        return {"img": emb, "image_residuals": out["residuals"], "mask": mask}
+
+    def encode_image(self, feats, num_regions):
+        return self.image_outputs(feats, num_regions)["img"]
 
     def encode_text(self, batch):
         return self.text_head(self.text, batch)["embeddings"][:, 0]
 
     # -- loss -----------------------------------------------------------------------------------------
-    def compute_loss(self, img, txt, pos_mask, epoch):
+    def compute_loss(self, out, positives, epoch):
         # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
-        with torch.autocast(img.device.type, enabled=False):
-            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+        with torch.autocast(out["img"].device.type, enabled=False):
+            return self._loss(out["img"].float(), out["txt"].float(), out, positives, epoch)
 
-    def _loss(self, img, txt, pos_mask, epoch):
-        lc = self.cfg["loss"]
-        mask, residuals = self._aux.get("mask"), self._aux.get("image_residuals")
+    def _loss(self, img, txt, out, positives, epoch):
+        lc = self.loss_settings
+        mask, residuals = out.get("mask"), out.get("image_residuals")
         residuals = residuals.float() if residuals is not None else None
         terms: dict[str, torch.Tensor] = {}
-        hardest = epoch >= lc["warmup_epochs"]  # ``epoch`` counts from 0 (fractional within an epoch)
-        if lc["ranking"] == "triplet_set":
-            sims = set_similarity(img, txt, self.eval_similarity, alpha=self.cfg["eval"]["alpha"])
-            l_rank = triplet_loss(sims, pos_mask, lc["margin"], hardest, lc["reduction"])
+        hardest = epoch >= lc.warmup_epochs  # ``epoch`` counts from 0 (fractional within an epoch)
+        if lc.ranking == "triplet_set":
+            sims = set_similarity(img, txt, self.eval_similarity, alpha=self.scoring.alpha)
+            l_rank = triplet_loss(sims, positives, lc.margin, hardest, lc.reduction)
         else:
             sims = torch.einsum("bkd,cd->bkc", img, txt)  # S(v_i^k, t_j), (B, K, B)
             active = mask if (mask is not None and self.mask_mode == "drop_terms") else None
-            out = variance_aware_loss(sims, pos_mask, lc["margin"], weighting=lc["ranking"] == "variance_aware",
-                                      sigma_source=lc["sigma"]["source"], detach_sigma=lc["sigma"]["detach"],
-                                      t2i_sigma=lc["sigma"]["t2i"], t2i_negatives=lc["t2i_negatives"],
-                                      sigma_offset=lc["sigma"]["offset"], active=active, reduction=lc["reduction"],
+            var = variance_aware_loss(sims, positives, lc.margin, weighting=lc.ranking == "variance_aware",
+                                      sigma_source=lc.sigma["source"], detach_sigma=lc.sigma["detach"],
+                                      t2i_sigma=lc.sigma["t2i"], t2i_negatives=lc.t2i_negatives,
+                                      sigma_offset=lc.sigma["offset"], active=active, reduction=lc.reduction,
                                       hardest=hardest)
-            l_rank = out["loss"]
-            terms["sigma_mean"] = out["sigma"].mean()
-        loss = lc["eta"] * l_rank
+            l_rank = var["loss"]
+            terms["sigma_mean"] = var["sigma"].mean()
+        loss = lc.eta * l_rank
         terms["l_var"] = l_rank
-        oc = lc["orthogonal"]
+        oc = lc.orthogonal
         if residuals is not None and residuals.shape[1] > 1:
             with torch.no_grad():  # diagnostics: mean |cos| between an image's residuals / final sub-embeddings
                 terms["residual_abs_cos"] = _mean_abs_offdiag_cos(residuals)
@@ -237,8 +270,8 @@ class DVSE(RetrievalModel):
             if oc["enabled"]:
                 target = residuals if oc["target"] == "residuals" else img
                 l_dc = dynamic_orthogonal_loss(target, mask, oc["beta"], oc["mode"], oc["unit_vectors"],
-                                               lc["reduction"])
-                loss = loss + (1 - lc["eta"]) * l_dc
+                                               lc.reduction)
+                loss = loss + (1 - lc.eta) * l_dc
                 terms["l_dc"] = l_dc
         if mask is not None:
             terms["mask_active"] = mask.mean()

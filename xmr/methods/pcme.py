@@ -23,6 +23,8 @@ then ⌊p·n⌋ of the n words are deleted (:mod:`xmr.models.augment`, ``unk_the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -30,12 +32,11 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from xmr.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, released_vib_kl, sample_gaussian,
                                       soft_contrastive_loss, uniformity_loss)
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.augment import TEXT_AUGMENT_SCHEMA, augment_caption_batch, text_augment_style_schema
 from xmr.models.pooling import mean_pool
 from xmr.models.set_heads import (POOLS, MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local,
                                   text_local_dim)
-from xmr.models.text import build_text_encoder
 
 # pcme_score -> the xmr.similarity measure eval.similarity must name (or "model")
 SCORE_MEASURES = {"log_match_prob": "log_match_prob", "match_prob": "match_prob", "mean_cosine": "cosine",
@@ -77,9 +78,40 @@ class LastStepBiGRU(nn.Module):
         return last_pool(h, lengths)
 
 
+@dataclass(frozen=True)
+class PCMEModel:
+    """The ``model`` section (:attr:`PCME.schema`)."""
+    embed_dim: int
+    num_samples: int
+    num_samples_eval: int
+    eval_seed: int
+    pcme_score: str
+    init_scale: float
+    init_shift: float
+    match_sigmoid: str
+    pie_dropout: float
+    attention_hidden: int | None
+    text_pool: str
+    text_attention_input: str
+    text_sigma_branch: str
+    text_augment: float
+    text_augment_style: str
+
+
+@dataclass(frozen=True)
+class PCMELoss:
+    """The ``loss`` section (:attr:`PCME.schema`)."""
+    vib_beta: float
+    vib_kl: str
+    reduction: str
+    count_both_directions: bool
+    uniform_weight: float
+
+
 @METHODS.register("pcme")
 class PCME(RetrievalModel):
-    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
+    model_settings_class, loss_settings_class = PCMEModel, PCMELoss
+    gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -138,37 +170,37 @@ class PCME(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
         d = self.embed_dim
-        need = SCORE_MEASURES[m["pcme_score"]]
-        if cfg["eval"]["similarity"] not in (need, "model"):
-            raise XmrError(f"eval.similarity: {cfg['eval']['similarity']!r} does not fit model.pcme_score "
-                           f"{m['pcme_score']!r}; set eval.similarity: {need}")
+        need = SCORE_MEASURES[m.pcme_score]
+        if self.scoring.similarity not in (need, "model"):
+            raise XmrError(f"eval.similarity: {self.scoring.similarity!r} does not fit model.pcme_score "
+                           f"{m.pcme_score!r}; set eval.similarity: {need}")
         want = "log_prob" if need == "log_match_prob" else "similarity"
         for name in LOG_SCORE_RERANKERS:
-            params = cfg["eval"].get("rerank", {}).get(name)
+            params = self.scoring.rerank.get(name)
             if isinstance(params, dict) and params.get("scores", "similarity") != want:
                 raise XmrError(f"eval.rerank.{name}.scores: {params.get('scores', 'similarity')!r} does not fit "
-                               f"model.pcme_score {m['pcme_score']!r}; set eval.rerank.{name}.scores: {want}")
-        self.logit_scale = LOGIT_SCALES[m["match_sigmoid"]]
+                               f"model.pcme_score {m.pcme_score!r}; set eval.rerank.{name}.scores: {want}")
+        self.logit_scale = LOGIT_SCALES[m.match_sigmoid]
         # image: global = FC(avg-pooled features); mean = PIE on the local features; log σ = uncertainty head
         self.image_fc = nn.Linear(image_dim, d)
-        hidden = m["attention_hidden"]
-        self.image_pie = PIENet(1, image_dim, d, hidden_dim=hidden, dropout=m["pie_dropout"])
+        hidden = m.attention_hidden
+        self.image_pie = PIENet(1, image_dim, d, hidden_dim=hidden, dropout=m.pie_dropout)
         self.image_sigma = UncertaintyHead(image_dim, d, hidden)
         self.image_sigma_global = nn.Linear(image_dim, d)
         # caption: the shared text encoder gives the sentence vector; heads read words or its outputs
-        self.text = build_text_encoder(cfg["text"], d, vocab_words, cfg["train"]["seed"])
-        local_dim = text_local_dim(self.text, m["text_attention_input"])
-        self.text_pie = PIENet(1, local_dim, d, hidden_dim=hidden, dropout=m["pie_dropout"])
+        self.text = self.build_text_encoder()
+        local_dim = text_local_dim(self.text, m.text_attention_input)
+        self.text_pie = PIENet(1, local_dim, d, hidden_dim=hidden, dropout=m.pie_dropout)
         self.text_sigma = UncertaintyHead(local_dim, d, hidden)
-        self.text_sigma_global: nn.Module = (LastStepBiGRU(local_dim, d) if m["text_sigma_branch"] == "gru"
+        self.text_sigma_global: nn.Module = (LastStepBiGRU(local_dim, d) if m.text_sigma_branch == "gru"
                                              else nn.Linear(d, d))
         # a and b of σ(-a·d + b), learned with the encoders
-        self.scale = nn.Parameter(torch.tensor(float(m["init_scale"])))
-        self.shift = nn.Parameter(torch.tensor(float(m["init_shift"])))
+        self.scale = nn.Parameter(torch.tensor(float(m.init_scale)))
+        self.shift = nn.Parameter(torch.tensor(float(m.init_shift)))
 
     # -- distributions ----------------------------------------------------------------------------
     def image_distribution(self, feats: torch.Tensor, num_regions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,12 +212,12 @@ class PCME(RetrievalModel):
 
     def text_distribution(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(μ (B, D) unit norm, log σ (B, D)) of a batch of captions (word-drop augmented in training mode)."""
-        m = self.cfg["model"]
+        m = self.model_settings
         if self.training:
-            batch = augment_caption_batch(batch, self.text, m["text_augment"], m["text_augment_style"])
-        glob, local, lengths = text_global_and_local(self.text, batch, m["text_pool"], m["text_attention_input"])
+            batch = augment_caption_batch(batch, self.text, m.text_augment, m.text_augment_style)
+        glob, local, lengths = text_global_and_local(self.text, batch, m.text_pool, m.text_attention_input)
         mu = self.text_pie(glob, local, lengths)["embeddings"][:, 0]
-        sigma_global = (self.text_sigma_global(local, lengths) if m["text_sigma_branch"] == "gru"
+        sigma_global = (self.text_sigma_global(local, lengths) if m.text_sigma_branch == "gru"
                         else self.text_sigma_global(glob))
         log_sigma = self.text_sigma(local, lengths, sigma_global)
         return nn.functional.normalize(mu, dim=-1), log_sigma
@@ -196,17 +228,17 @@ class PCME(RetrievalModel):
         Drawn on the CPU from ``model.eval_seed`` so scores do not depend (beyond float rounding) on the device,
         the eval batch size or the encoding order; images and captions get different noise.
         """
-        j = self.cfg["model"]["num_samples_eval"]
-        gen = torch.Generator().manual_seed(int(self.cfg["model"]["eval_seed"]))
+        j = self.model_settings.num_samples_eval
+        gen = torch.Generator().manual_seed(int(self.model_settings.eval_seed))
         noise = torch.randn(2, j, self.embed_dim, generator=gen)
         return noise[modality].to(device)
 
     def _output(self, mu: torch.Tensor, log_sigma: torch.Tensor, modality: int) -> torch.Tensor:
         if self.training:
             return torch.stack([mu, log_sigma], dim=1)
-        if self.cfg["model"]["pcme_score"] == "mean_cosine":
+        if self.model_settings.pcme_score == "mean_cosine":
             return mu
-        return sample_gaussian(mu, log_sigma, self.cfg["model"]["num_samples_eval"],
+        return sample_gaussian(mu, log_sigma, self.model_settings.num_samples_eval,
                                noise=self.eval_noise(modality, mu.device))
 
     # -- RetrievalModel ---------------------------------------------------------------------------
@@ -216,37 +248,38 @@ class PCME(RetrievalModel):
     def encode_text(self, batch):
         return self._output(*self.text_distribution(batch), modality=1)
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
+    def compute_loss(self, out, positives, epoch):
+        img, txt = out["img"], out["txt"]
         if img.ndim != 3 or img.shape[1] != 2 or txt.ndim != 3 or txt.shape[1] != 2:
             raise XmrError("pcme.compute_loss expects the training-mode outputs [μ, log σ] of shape (B, 2, D); "
                            "call it on encode_image/encode_text outputs with the model in train mode")
-        lc, j = self.cfg["loss"], self.cfg["model"]["num_samples"]
+        lc, j = self.loss_settings, self.model_settings.num_samples
         (img_mu, img_ls), (txt_mu, txt_ls) = img.unbind(1), txt.unbind(1)
         img_z = sample_gaussian(img_mu, img_ls, j)
         txt_z = sample_gaussian(txt_mu, txt_ls, j)
-        match = soft_contrastive_loss(img_z, txt_z, pos_mask, self.scale, self.shift, self.logit_scale,
-                                      lc["reduction"])
-        directions = 2.0 if lc["count_both_directions"] else 1.0
-        if lc["vib_kl"] == "gaussian":
+        match = soft_contrastive_loss(img_z, txt_z, positives, self.scale, self.shift, self.logit_scale,
+                                      lc.reduction)
+        directions = 2.0 if lc.count_both_directions else 1.0
+        if lc.vib_kl == "gaussian":
             kl = gaussian_kl_to_standard(img_mu, img_ls) + gaussian_kl_to_standard(txt_mu, txt_ls)
         else:
             kl = released_vib_kl(img_z, img_ls) + released_vib_kl(txt_z, txt_ls)
-        if lc["reduction"] == "mean":
+        if lc.reduction == "mean":
             kl = kl / img_mu.shape[0]
-        loss = directions * match["loss"] + lc["vib_beta"] * kl
+        loss = directions * match["loss"] + lc.vib_beta * kl
         terms = {"match_pos": match["pos"].detach(), "match_neg": match["neg"].detach(), "kl": kl.detach(),
                  "scale_a": self.scale.detach(), "shift_b": self.shift.detach(),
                  "sigma_mean": torch.cat([img_ls, txt_ls]).exp().mean().detach()}
-        if lc["uniform_weight"]:
+        if lc.uniform_weight:
             unif = uniformity_loss(torch.cat([img_z.flatten(0, 1), txt_z.flatten(0, 1)]))
-            loss = loss + lc["uniform_weight"] * unif
+            loss = loss + lc.uniform_weight * unif
             terms["uniformity"] = unif.detach()
         return {"loss": loss, **terms}
 
     @property
     def eval_similarity(self) -> str:
         """The :mod:`xmr.similarity` measure the test scores are (the one ``model.pcme_score`` names)."""
-        return SCORE_MEASURES[self.cfg["model"]["pcme_score"]]
+        return SCORE_MEASURES[self.model_settings.pcme_score]
 
     def match_params(self) -> dict[str, float]:
         """(a, b) for :func:`xmr.similarity.compute_similarity`'s ``match_prob``/``log_match_prob``, which
@@ -257,7 +290,7 @@ class PCME(RetrievalModel):
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
         from xmr.similarity import compute_similarity
 
-        score = self.cfg["model"]["pcme_score"]
+        score = self.model_settings.pcme_score
         if score in ("log_match_prob", "match_prob"):
             return compute_similarity(img, txt, measure=score, **self.match_params())
         if score == "sample_mean_dot":

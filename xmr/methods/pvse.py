@@ -12,22 +12,50 @@ reduction) + ``div_weight`` · diversity (‖off-diagonal Gram‖_F / K² of eac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from xmr.losses.set_regularizers import gram_diversity, mmd_rbf
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.set_heads import ACTIVATIONS, PIEImageHead, PIETextHead
-from xmr.models.text import build_text_encoder
 from xmr.similarity import set_similarity
 
 TRAIN_SIMILARITIES = ["max", "mean", "chamfer", "smooth_chamfer"]
 
 
+@dataclass(frozen=True)
+class PVSEModel:
+    """The ``model`` section (:attr:`PVSE.schema`)."""
+    embed_dim: int
+    num_embeds: int
+    attention_hidden: int | None
+    activation: str
+    dropout: float
+    image_pool: str
+    text_pool: str
+    text_attention_input: str
+
+
+@dataclass(frozen=True)
+class PVSELoss:
+    """The ``loss`` section (:attr:`PVSE.schema`)."""
+    margin: float
+    max_violation: bool
+    warmup_epochs: float
+    reduction: str
+    similarity: str
+    div_weight: float
+    mmd_weight: float
+    mmd_gamma: float
+
+
 @METHODS.register("pvse")
 class PVSE(RetrievalModel):
+    model_settings_class, loss_settings_class = PVSEModel, PVSELoss
     conformance_overrides = {"model": {"num_embeds": 2}}
-    gathered_loss = True  # the loss reads (img, txt, pos_mask) and per-pair _aux tensors (gather_aux)
+    gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -64,46 +92,49 @@ class PVSE(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
-        k = m["num_embeds"]
-        self.image_head = PIEImageHead(image_dim, self.embed_dim, k, m["attention_hidden"], m["activation"],
-                                       m["dropout"], m["image_pool"])
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
-        self.text_head = PIETextHead(self.text, self.embed_dim, k, m["attention_hidden"], m["activation"],
-                                     m["dropout"], m["text_pool"], m["text_attention_input"])
-        self._aux: dict = {}
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
+        k = m.num_embeds
+        self.image_head = PIEImageHead(image_dim, self.embed_dim, k, m.attention_hidden, m.activation,
+                                       m.dropout, m.image_pool)
+        self.text = self.build_text_encoder()
+        self.text_head = PIETextHead(self.text, self.embed_dim, k, m.attention_hidden, m.activation,
+                                     m.dropout, m.text_pool, m.text_attention_input)
+
+    def image_outputs(self, feats, num_regions):
+        out = self.image_head(feats, num_regions)
+        return {"img": out["embeddings"], "image_residuals": out["residuals"]}
+
+    def text_outputs(self, batch):
+        out = self.text_head(self.text, batch)
+        return {"txt": out["embeddings"], "text_residuals": out["residuals"]}
 
     def encode_image(self, feats, num_regions):
-        out = self.image_head(feats, num_regions)
-        self._aux["image_residuals"] = out["residuals"]
-        return out["embeddings"]
+        return self.image_outputs(feats, num_regions)["img"]
 
     def encode_text(self, batch):
-        out = self.text_head(self.text, batch)
-        self._aux["text_residuals"] = out["residuals"]
-        return out["embeddings"]
+        return self.text_outputs(batch)["txt"]
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
+    def compute_loss(self, out, positives, epoch):
         # similarities and regularisers in fp32 even under AMP (exp(α·c) with α = 16, small stds)
-        with torch.autocast(img.device.type, enabled=False):
-            return self._loss(img.float(), txt.float(), pos_mask, epoch)
+        with torch.autocast(out["img"].device.type, enabled=False):
+            return self._loss(out["img"].float(), out["txt"].float(), out, positives, epoch)
 
-    def _loss(self, img, txt, pos_mask, epoch):
-        lc = self.cfg["loss"]
-        sims = set_similarity(img, txt, lc["similarity"], alpha=self.cfg["eval"]["alpha"])
-        hardest = lc["max_violation"] and epoch >= lc["warmup_epochs"]  # ``epoch`` counts from 0
-        ranking = triplet_loss(sims, pos_mask, lc["margin"], hardest, lc["reduction"])
+    def _loss(self, img, txt, out, positives, epoch):
+        lc = self.loss_settings
+        sims = set_similarity(img, txt, lc.similarity, alpha=self.scoring.alpha)
+        hardest = lc.max_violation and epoch >= lc.warmup_epochs  # ``epoch`` counts from 0
+        ranking = triplet_loss(sims, positives, lc.margin, hardest, lc.reduction)
         terms = {"ranking": ranking}
         loss = ranking
-        if img.shape[1] > 1 and lc["div_weight"] > 0:
-            div = (gram_diversity(self._aux["image_residuals"].float())
-                   + gram_diversity(self._aux["text_residuals"].float()))
-            loss = loss + lc["div_weight"] * div
+        if img.shape[1] > 1 and lc.div_weight > 0:
+            div = (gram_diversity(out["image_residuals"].float())
+                   + gram_diversity(out["text_residuals"].float()))
+            loss = loss + lc.div_weight * div
             terms["diversity"] = div
-        if img.shape[1] > 1 and lc["mmd_weight"] > 0:
-            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc["mmd_gamma"])
-            loss = loss + lc["mmd_weight"] * mmd
+        if img.shape[1] > 1 and lc.mmd_weight > 0:
+            mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc.mmd_gamma)
+            loss = loss + lc.mmd_weight * mmd
             terms["mmd"] = mmd
         return {"loss": loss, **terms}

@@ -14,15 +14,15 @@ Items in [ ] are in the released Caffe model but not in the thesis text (``input
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from xmr.losses.bi_rank import NEGATIVE_SELECTIONS, bi_rank_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.pooling import mean_pool
-from xmr.models.text import build_text_encoder
-from xmr.models.text_precomputed import with_text_features_dir
 
 FUSIONS = ("conv", "sum", "none")
 
@@ -67,23 +67,23 @@ class RecurrentResidualFusion(nn.Module):
 class RRFBranch(nn.Module):
     """One modality's branch: vector in, L2-normalised ``embed_dim`` vector out."""
 
-    def __init__(self, in_dim: int, m: dict) -> None:
+    def __init__(self, in_dim: int, m: "RRFNetModel") -> None:
         super().__init__()
-        hid, emb = m["hidden_dim"], m["embed_dim"]
-        self.input_norm = nn.BatchNorm1d(in_dim) if m["input_bn"] else nn.Identity()
-        self.fc1, self.drop = nn.Linear(in_dim, hid), nn.Dropout(m["dropout"])
+        hid, emb = m.hidden_dim, m.embed_dim
+        self.input_norm = nn.BatchNorm1d(in_dim) if m.input_bn else nn.Identity()
+        self.fc1, self.drop = nn.Linear(in_dim, hid), nn.Dropout(m.dropout)
         self.fc2, self.bn2 = nn.Linear(hid, emb), nn.BatchNorm1d(emb)
-        if m["rrf"]:
-            self.fc3 = RecurrentResidualFusion(emb, m["steps"], m["fusion"], m["fusion_bn"])
+        if m.rrf:
+            self.fc3 = RecurrentResidualFusion(emb, m.steps, m.fusion, m.fusion_bn)
         else:  # baseline: FC3 -> BN -> ReLU
             self.fc3 = nn.Sequential(nn.Linear(emb, emb), nn.BatchNorm1d(emb), nn.ReLU())
         self.fc4, self.bn4 = nn.Linear(emb, emb), nn.BatchNorm1d(emb)
         for mod in self.modules():  # [C]: gaussian(std 0.05) weights, zero biases
             if isinstance(mod, nn.Linear):
-                nn.init.normal_(mod.weight, 0.0, m["init_std"])
+                nn.init.normal_(mod.weight, 0.0, m.init_std)
                 nn.init.zeros_(mod.bias)
             elif isinstance(mod, RecurrentResidualFusion) and mod.fusion == "conv":
-                nn.init.normal_(mod.fusion_weight, 0.0, m["init_std"])
+                nn.init.normal_(mod.fusion_weight, 0.0, m.init_std)
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         x = self.drop(F.relu(self.fc1(self.input_norm(v))))
@@ -92,9 +92,35 @@ class RRFBranch(nn.Module):
         return z / (z.norm(dim=-1, keepdim=True) + 1e-6)  # Caffe "Norm" layer
 
 
+@dataclass(frozen=True)
+class RRFNetModel:
+    """The ``model`` section (:attr:`RRFNet.schema`)."""
+    embed_dim: int
+    hidden_dim: int
+    rrf: bool
+    steps: int
+    fusion: str
+    input_bn: bool
+    fusion_bn: bool
+    dropout: float
+    init_std: float
+    bias_lr_mult: float
+    bias_weight_decay: bool
+
+
+@dataclass(frozen=True)
+class RRFNetLoss:
+    """The ``loss`` section (:attr:`RRFNet.schema`)."""
+    margin: float
+    n_neg: int
+    weights: list
+    negatives: str
+
+
 @METHODS.register("rrf")
 class RRFNet(RetrievalModel):
-    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
+    model_settings_class, loss_settings_class = RRFNetModel, RRFNetLoss
+    gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -126,11 +152,10 @@ class RRFNet(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
-        self.text = build_text_encoder(with_text_features_dir(cfg), m["embed_dim"], vocab_words,
-                                       cfg["train"]["seed"])
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
+        self.text = self.build_text_encoder()
         self.image_branch = RRFBranch(image_dim, m)
         self.text_branch = RRFBranch(self.text.out_dim, m)
 
@@ -141,13 +166,13 @@ class RRFNet(RetrievalModel):
         h, lengths = self.text(batch)
         return self.text_branch(mean_pool(h, lengths))
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        c = self.cfg["loss"]
-        return bi_rank_loss(img, txt, pos_mask, c["margin"], c["n_neg"], tuple(c["weights"]), c["negatives"])
+    def compute_loss(self, out, positives, epoch):
+        c = self.loss_settings
+        return bi_rank_loss(out["img"], out["txt"], positives, c.margin, c.n_neg, tuple(c.weights), c.negatives)
 
     def param_groups(self, lr, backbone_scale):
         """Caffe multipliers [C]: biases and BN betas get ``bias_lr_mult`` x lr and (by default) no decay."""
-        m = self.cfg["model"]
+        m = self.model_settings
         groups = []
         for g in super().param_groups(lr, backbone_scale):
             ids = {id(p) for p in g["params"]}
@@ -155,8 +180,8 @@ class RRFNet(RetrievalModel):
             bias_ids = {id(p) for p in bias}
             groups.append({**g, "params": [p for p in g["params"] if id(p) not in bias_ids]})
             if bias:
-                extra = {} if m["bias_weight_decay"] else {"weight_decay": 0.0}
-                groups.append({"params": bias, "lr": g["lr"] * m["bias_lr_mult"], "name": f"{g['name']}_bias",
+                extra = {} if m.bias_weight_decay else {"weight_decay": 0.0}
+                groups.append({"params": bias, "lr": g["lr"] * m.bias_lr_mult, "name": f"{g['name']}_bias",
                                **extra})
         return [g for g in groups if g["params"]]
 

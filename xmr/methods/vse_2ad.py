@@ -9,20 +9,21 @@ failure modes (NaN K, positive picked as a negative) are guarded by default. See
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from xmr.losses.adaptive_objective import adopt_loss
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.methods.vse_inf import GPO_SCHEMA
 from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
 from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import max_pool, mean_pool
-from xmr.models.text import build_text_encoder
 
 POOLS = ["adpool", "mean", "max", "kmax", "gpo"]
 
@@ -42,11 +43,11 @@ ADPOOL_SCHEMA["default"] = {}
 class Pool(nn.Module):
     """One modality's pooling: ADPOOL or an ablation baseline (mean, max, K-max, GPO)."""
 
-    def __init__(self, kind: str, dim: int, m: dict) -> None:
+    def __init__(self, kind: str, dim: int, m: "VSE2ADModel") -> None:
         super().__init__()
-        self.kind, self.k = kind, m["kmax_k"]
-        self.adpool = AdaptivePool(dim, **m["adpool"]) if kind == "adpool" else None
-        self.gpo = GPO(**m["gpo"]) if kind == "gpo" else None
+        self.kind, self.k = kind, m.kmax_k
+        self.adpool = AdaptivePool(dim, **m.adpool) if kind == "adpool" else None
+        self.gpo = GPO(**m.gpo) if kind == "gpo" else None
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         if self.adpool is not None:
@@ -58,9 +59,41 @@ class Pool(nn.Module):
         return mean_pool(x, lengths) if self.kind == "mean" else max_pool(x, lengths)
 
 
+@dataclass(frozen=True)
+class VSE2ADModel:
+    """The ``model`` section (:attr:`VSE2AD.schema`)."""
+    embed_dim: int
+    residual_mlp: bool
+    image_pool: str
+    text_pool: str
+    kmax_k: int
+    adpool: dict
+    gpo: dict
+    size_augment: dict
+    text_augment: float
+
+
+@dataclass(frozen=True)
+class VSE2ADLoss:
+    """The ``loss`` section (:attr:`VSE2AD.schema`)."""
+    name: str
+    k_rule: str
+    k_mode: str
+    const_k: int
+    scale: float
+    tau: float
+    margin: float
+    diag_mask: str
+    direction_reduce: str
+    positive_in_denominator: bool
+    guard_negative_base: bool
+    warmup_epochs: float
+
+
 @METHODS.register("vse_2ad")
 class VSE2AD(RetrievalModel):
-    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
+    model_settings_class, loss_settings_class = VSE2ADModel, VSE2ADLoss
+    gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -103,33 +136,33 @@ class VSE2AD(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
-        self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
-        self.image_pool = Pool(m["image_pool"], self.embed_dim, m)
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
-        self.text_pool = Pool(m["text_pool"], self.embed_dim, m)
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
+        self.image_proj = LocalProjection(image_dim, self.embed_dim, m.residual_mlp)
+        self.image_pool = Pool(m.image_pool, self.embed_dim, m)
+        self.text = self.build_text_encoder()
+        self.text_pool = Pool(m.text_pool, self.embed_dim, m)
 
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         if self.training:
-            feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
+            feats, num_regions = drop_regions(feats, num_regions, **self.model_settings.size_augment)
         return F.normalize(self.image_pool(self.image_proj(feats), num_regions), dim=-1)
 
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.training:
-            batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
+            batch = augment_caption_batch(batch, self.text, self.model_settings.text_augment)
         h, lengths = self.text(batch)
         return F.normalize(self.text_pool(h, lengths), dim=-1)
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        c = self.cfg["loss"]
-        sims = img @ txt.t()
-        if c["name"] == "triplet":
-            hardest = epoch >= c["warmup_epochs"]
-            return {"loss": triplet_loss(sims, pos_mask, c["margin"], hardest, "sum")}
-        return adopt_loss(sims, pos_mask, k_rule=c["k_rule"], k_mode=c["k_mode"], const_k=c["const_k"],
-                          scale=c["scale"], tau=c["tau"], neg_margin=c["margin"], diag_mask=c["diag_mask"],
-                          direction_reduce=c["direction_reduce"],
-                          positive_in_denominator=c["positive_in_denominator"],
-                          guard_negative_base=c["guard_negative_base"])
+    def compute_loss(self, out, positives, epoch):
+        c = self.loss_settings
+        sims = out["img"] @ out["txt"].t()
+        if c.name == "triplet":
+            hardest = epoch >= c.warmup_epochs
+            return {"loss": triplet_loss(sims, positives, c.margin, hardest, "sum")}
+        return adopt_loss(sims, positives, k_rule=c.k_rule, k_mode=c.k_mode, const_k=c.const_k,
+                          scale=c.scale, tau=c.tau, neg_margin=c.margin, diag_mask=c.diag_mask,
+                          direction_reduce=c.direction_reduce,
+                          positive_in_denominator=c.positive_in_denominator,
+                          guard_negative_base=c.guard_negative_base)

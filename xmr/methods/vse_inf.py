@@ -7,15 +7,16 @@ Training-time augmentations (random region/grid drop, caption token masking/repl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import L2_NORMS, l2_normalize
-from xmr.models.text import build_text_encoder
 
 GPO_SCHEMA = strict_section({
     "pe_dim": {"type": "integer", "minimum": 2, "default": 32},
@@ -28,9 +29,29 @@ GPO_SCHEMA["default"] = {}
 
 
 # -- the method ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VSEInfinityModel:
+    """The ``model`` section (:attr:`VSEInfinity.schema`)."""
+    embed_dim: int
+    residual_mlp: bool
+    gpo: dict
+    l2_norm: str
+    size_augment: dict
+    text_augment: float
+
+
+@dataclass(frozen=True)
+class VSEInfinityLoss:
+    """The ``loss`` section (:attr:`VSEInfinity.schema`)."""
+    margin: float
+    warmup_epochs: float
+    reduction: str
+
+
 @METHODS.register("vse_inf")
 class VSEInfinity(RetrievalModel):
-    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
+    model_settings_class, loss_settings_class = VSEInfinityModel, VSEInfinityLoss
+    gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -54,27 +75,27 @@ class VSEInfinity(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg: dict, image_dim: int, vocab_words: list[str] | None) -> None:
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
-        self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
-        self.image_pool = GPO(**m["gpo"])
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
-        self.text_pool = GPO(**m["gpo"])
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
+        self.image_proj = LocalProjection(image_dim, self.embed_dim, m.residual_mlp)
+        self.image_pool = GPO(**m.gpo)
+        self.text = self.build_text_encoder()
+        self.text_pool = GPO(**m.gpo)
 
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         if self.training:
-            feats, num_regions = drop_regions(feats, num_regions, **self.cfg["model"]["size_augment"])
-        return l2_normalize(self.image_pool(self.image_proj(feats), num_regions), self.cfg["model"]["l2_norm"])
+            feats, num_regions = drop_regions(feats, num_regions, **self.model_settings.size_augment)
+        return l2_normalize(self.image_pool(self.image_proj(feats), num_regions), self.model_settings.l2_norm)
 
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.training:
-            batch = augment_caption_batch(batch, self.text, self.cfg["model"]["text_augment"])
+            batch = augment_caption_batch(batch, self.text, self.model_settings.text_augment)
         h, lengths = self.text(batch)
-        return l2_normalize(self.text_pool(h, lengths), self.cfg["model"]["l2_norm"])
+        return l2_normalize(self.text_pool(h, lengths), self.model_settings.l2_norm)
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        loss_cfg = self.cfg["loss"]
-        hardest = epoch >= loss_cfg["warmup_epochs"]
-        loss = triplet_loss(img @ txt.t(), pos_mask, loss_cfg["margin"], hardest, loss_cfg["reduction"])
+    def compute_loss(self, out, positives, epoch):
+        img, txt, lc = out["img"], out["txt"], self.loss_settings
+        hardest = epoch >= lc.warmup_epochs
+        loss = triplet_loss(img @ txt.t(), positives, lc.margin, hardest, lc.reduction)
         return {"loss": loss, "max_violation": torch.tensor(float(hardest))}

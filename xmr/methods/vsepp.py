@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
 
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import last_pool, max_pool, mean_pool
-from xmr.models.text import build_text_encoder
 
 POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool}  # last: the released code's GRU read (text)
 
 
+@dataclass(frozen=True)
+class VSEPPModel:
+    """The ``model`` section (:attr:`VSEPP.schema`)."""
+    embed_dim: int
+    residual_mlp: bool
+    image_pool: str
+    text_pool: str
+    image_encoder: str | None = None  # no schema default: absent = regions
+
+
+@dataclass(frozen=True)
+class VSEPPLoss:
+    """The ``loss`` section (:attr:`VSEPP.schema`)."""
+    margin: float
+    max_violation: bool
+    reduction: str
+    warmup_epochs: float
+
+
 @METHODS.register("vsepp")
 class VSEPP(RetrievalModel):
-    gathered_loss = True  # the loss reads only (img, txt, pos_mask): DDP may gather the global batch
+    model_settings_class, loss_settings_class = VSEPPModel, VSEPPLoss
+    gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
     schema = {
         "type": "object",
         "properties": {
@@ -43,13 +64,13 @@ class VSEPP(RetrievalModel):
         },
     }
 
-    def __init__(self, cfg, image_dim, vocab_words):
-        super().__init__(cfg, image_dim, vocab_words)
-        m = cfg["model"]
-        self.image_proj = LocalProjection(image_dim, self.embed_dim, m["residual_mlp"])
-        self.text = build_text_encoder(cfg["text"], self.embed_dim, vocab_words, cfg["train"]["seed"])
-        self.image_pool, self.text_pool = POOLS[m["image_pool"]], POOLS[m["text_pool"]]
-        self.full_image = m.get("image_encoder", "regions") == "full_image"
+    def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
+        super().__init__(settings, image_dim, vocab_words)
+        m = self.model_settings
+        self.image_proj = LocalProjection(image_dim, self.embed_dim, m.residual_mlp)
+        self.text = self.build_text_encoder()
+        self.image_pool, self.text_pool = POOLS[m.image_pool], POOLS[m.text_pool]
+        self.full_image = m.image_encoder == "full_image"
 
     def encode_image(self, feats, num_regions):
         if self.full_image:  # l2norm(fc(l2norm(cnn(x)))): the normalisation sits between pooling and fc
@@ -61,8 +82,8 @@ class VSEPP(RetrievalModel):
         h, lengths = self.text(batch)
         return F.normalize(self.text_pool(h, lengths), dim=-1)
 
-    def compute_loss(self, img, txt, pos_mask, epoch):
-        loss_cfg = self.cfg["loss"]
-        hardest = loss_cfg["max_violation"] and epoch >= loss_cfg["warmup_epochs"]
-        loss = triplet_loss(img @ txt.t(), pos_mask, loss_cfg["margin"], hardest, loss_cfg["reduction"])
+    def compute_loss(self, out, positives, epoch):
+        img, txt, lc = out["img"], out["txt"], self.loss_settings
+        hardest = lc.max_violation and epoch >= lc.warmup_epochs
+        loss = triplet_loss(img @ txt.t(), positives, lc.margin, hardest, lc.reduction)
         return {"loss": loss}

@@ -19,16 +19,16 @@ MEASURES = ("cosine", "pearson")
 
 
 def _set_vectors(model, feats: torch.Tensor, num_regions: torch.Tensor, kind: str) -> torch.Tensor:
-    emb = model.encode_image(feats, num_regions)
+    out = model.image_outputs(feats, num_regions)
+    emb = out["img"]
     if emb.ndim != 3:
-        raise XmrError(f"method {model.cfg['method']!r} gives one image embedding, not a set of sub-embeddings; "
+        raise XmrError(f"method {model.method_name!r} gives one image embedding, not a set of sub-embeddings; "
                        f"the correlation matrix needs a set-based run (dvse, pvse, dive)")
     if kind == "embeddings":
         return emb
-    aux = getattr(model, "_aux", {})
-    vecs = aux.get("image_residuals", aux.get("image_slots"))
+    vecs = out.get("image_residuals", out.get("image_slots"))
     if vecs is None:
-        raise XmrError(f"method {model.cfg['method']!r} has no sub-embedding residuals; use kind embeddings")
+        raise XmrError(f"method {model.method_name!r} has no sub-embedding residuals; use kind embeddings")
     return vecs
 
 

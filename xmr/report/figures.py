@@ -238,22 +238,21 @@ def retrieval_examples(run_dir: str | os.PathLike, sims_path: str | os.PathLike,
 def image_attention(model, feats, num_regions) -> tuple[np.ndarray, np.ndarray | None]:
     """(attention (B, K, R), mask (B, K) or None) of a set-based model's image heads.
 
-    Uses ``model._aux["image_attention"]`` when the method records it on ``encode_image``; otherwise PIE-Net
-    heads (PVSE, DVSE) are asked directly (their attention does not depend on the dynamic mask)."""
+    Uses the ``image_attention`` of the method's ``image_outputs`` when it gives one; otherwise PIE-Net heads
+    (PVSE, DVSE) are asked directly (their attention does not depend on the dynamic mask)."""
     import torch
 
     with torch.no_grad():
-        model.encode_image(feats, num_regions)
-        aux = getattr(model, "_aux", {}) or {}
-        attn = aux.get("image_attention")
+        out = model.image_outputs(feats, num_regions)
+        attn = out.get("image_attention")
         if attn is None:
             head = getattr(model, "image_head", None)
             pie = getattr(head, "pie", None)
             if pie is None:
-                raise XmrError(f"method {model.cfg['method']!r} exposes no per-sub-embedding attention (needs "
-                               f"PIE-Net image heads, or _aux['image_attention'] set in encode_image)")
+                raise XmrError(f"method {model.method_name!r} exposes no per-sub-embedding attention (needs "
+                               f"PIE-Net image heads, or image_attention in its image_outputs)")
             _, attn = pie.attention(feats, num_regions)
-        mask = aux.get("mask")
+        mask = out.get("mask")
     return attn.float().cpu().numpy(), None if mask is None else mask.float().cpu().numpy()
 
 

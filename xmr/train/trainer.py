@@ -68,9 +68,10 @@ class TrainForward(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, image_input: torch.Tensor, num_regions: torch.Tensor | None, text: dict):
+    def forward(self, image_input: torch.Tensor, num_regions: torch.Tensor | None, text: dict,
+                image_index: torch.Tensor) -> dict[str, torch.Tensor]:
         feats, num_regions = self.model.image_local_features(image_input, num_regions)
-        return self.model(feats, num_regions, text)
+        return self.model(feats, num_regions, text, image_index)
 
 
 def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
@@ -181,21 +182,22 @@ class TrainStep:
                                                              self.plateau_drops), ocfg["schedule"]["min_lr"])
         idx = batch["image_index"].to(device)
         cap = batch["caption_index"].to(device) if "caption_index" in batch else None
-        model.batch_image_index = idx  # dataset image indices, for methods with memory banks (CODER)
         x, nr = image_input(batch, device)
         with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.use_amp):  # covers the backbone too
-            img, txt = self.train_model(x, nr, _to(batch["text"], device))
-            img, txt = img.float(), txt.float()
+            # idx: dataset image indices, for methods with memory banks (CODER)
+            local = self.train_model(x, nr, _to(batch["text"], device), idx)
+            out = {**local, "img": local["img"].float(), "txt": local["txt"].float()}
             if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
-                img, txt, idx = dist.gather_batch(img), dist.gather_batch(txt), dist.gather_batch(idx)
+                # every tensor of the forward's output has one row per pair: embeddings, and the residuals,
+                # slots, masks the loss reads (DVSE, PVSE, DivE)
+                out = {k: dist.gather_batch(v) if torch.is_tensor(v) else v for k, v in out.items()}
+                idx = dist.gather_batch(idx)
                 cap = None if cap is None else dist.gather_batch(cap)
-                model.gather_aux(dist.gather_batch)  # residuals, slots, masks the loss reads (DVSE, PVSE, DivE)
             labels = None if self.labels is None else self.labels[idx]
             pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"], cap, self.texts)
-            terms = model.compute_loss(img, txt, pos_mask, frac)
+            terms = model.compute_loss(out, pos_mask, frac)
         loss = terms["loss"]
         if self.check_finite and not torch.isfinite(loss):
-            model.batch_image_index = None
             raise NonFiniteLoss(loss.item())
         self.optimizer.zero_grad(set_to_none=True)
         scale = loss_scale(self.cfg, epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
@@ -205,8 +207,7 @@ class TrainStep:
             torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        model.on_train_step_end()
-        model.batch_image_index = None  # never reused by the next batch's forward
+        model.on_train_step_end(local)
         return terms
 
 
