@@ -70,6 +70,11 @@ def run(args):
         cfg = resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
     else:
         cfg = load_run_config(args.config, args.set)
+    from xmr.train.stopping import command_line_epochs
+
+    note = command_line_epochs(cfg, args.set)
+    if note:
+        print(f"xmr train: {note}", flush=True)
     summary = train(cfg, args.out_dir, resume=not args.no_resume, progress=not args.no_progress)
     if summary["best_epoch"] > 0:  # DDP: only rank 0 validates
         print(f"best validation RSUM {summary['best_val_rsum']:.1f} at epoch {summary['best_epoch']} -> {args.out_dir}")
