@@ -9,7 +9,7 @@ comment on the line(s) right before the block (blank lines between are allowed; 
                                                    Python's bin folder), prelude="..." (Python run before a snippet),
                                                and the word slow (the test is marked slow)
     <!-- docs-test: dry-run -->                each line in its planning form, run from the repository root:
-                                               `snakemake` gets -n, `make T` becomes `make -n T`, `dvc repro`/`dvc
+                                               `snakemake` gets -n --nolock, `make T` becomes `make -n T`, `dvc repro`/`dvc
                                                exp run` get --dry, `xmr doctor` runs as is, anything else gets --help
                                                appended (argparse still checks the options before it). It must exit
                                                0, or fail naming what is missing with no traceback. Optional: slow
@@ -192,7 +192,7 @@ def dry_form(line: str) -> str:
     if words[0].startswith(".venv/bin/"):
         words[0] = str(Path(sys.executable).parent / exe)
     if exe == "snakemake":
-        return shlex.join([words[0], "-n", *words[1:]])
+        return shlex.join([words[0], "-n", "--nolock", *words[1:]])  # beside a running workflow too
     if exe == "make":
         return shlex.join(["make", "-n", *words[1:]])
     if exe == "dvc" and (words[1:2] == ["repro"] or words[1:3] == ["exp", "run"]):
