@@ -115,3 +115,13 @@ def test_rrf_card_example_names_its_out_dir(doc, needle, tmp_path):
     (tmp_path / "config").symlink_to(REPO / "config")
     r = run_xmr(*line[1:], cwd=tmp_path)
     assert "--out-dir" not in r.stderr, r.stderr
+
+
+def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
+    # docs/pipeline.md's launch by hand, on a clone without COCO: xmr's line, and no launcher is started
+    (tmp_path / "config").symlink_to(REPO / "config")
+    r = run_xmr("train", "--nproc-per-node", "4", "--config", "config/recipes/coco/dvse.yaml", "--out-dir",
+                "runs/coco/dvse", cwd=tmp_path)
+    line = _one_line_error(r, "train")
+    assert line.startswith("xmr train: error: data/coco/dataset_coco.json: not found; download dataset_coco.json")
+    assert "launching:" not in r.stdout and not (tmp_path / "runs").exists()
