@@ -78,7 +78,8 @@ def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     run(["git", "init", "-q", "-b", "main"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-q", "-m", "project"], root, env)
-    run(dvc("repro"), root, env, timeout=900)
+    repro = run(dvc("repro"), root, env, timeout=900)
+    (root.parent / "repro_output.txt").write_text(repro.stdout + repro.stderr)  # what the terminal showed
     run(["git", "add", "dvc.lock"], root, env)
     run(["git", "commit", "-q", "-m", "dvc repro"], root, env)
     status = run(dvc("status"), root, env).stdout
@@ -99,6 +100,10 @@ def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
     assert [e["head"] for e in per_epoch] == [f"{k}/{epochs}" for k in range(1, epochs + 1)]
     for e in per_epoch:
         assert float(e["loss"]) > 0 and float(e["val_rsum"]) >= 0 and float(e["samples_per_s"]) > 0
+    # and the terminal shows them as they come (`make demo` is not silent for the minutes of training)
+    shown = (root.parent / "repro_output.txt").read_text().splitlines()
+    logged = [ln for ln in lines if ln.startswith("epoch ") and "step=" not in ln]
+    assert logged and set(logged) <= set(shown), shown[-40:]
 
 
 def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
