@@ -51,13 +51,13 @@ repro: venv
 # Snakemake would rebuild "updated" inputs' consumers; --touch marks the restored outputs up to date instead.
 # (No venv prerequisite: it runs in fresh clones with the tools on PATH.)
 sync:
-	dvc checkout
+	dvc checkout --allow-missing
 	@targets="$(DVC_TARGETS)"; [ -n "$$targets" ] || targets=$$(python -m xmr dvc-targets) || exit 1; \
 	if [ -z "$$targets" ]; then echo "no DVC stage outputs present: nothing to sync"; exit 0; fi; \
 	echo "snakemake --touch --cores 1 $$targets"; snakemake --touch --cores 1 $$targets
 
 pull: venv
-	$(BIN)/dvc pull
+	$(BIN)/dvc pull --allow-missing
 	$(MAKE) sync
 
 # The tracking server + UI (docs/tracking.md); MLFLOW_HOST=0.0.0.0 to serve compute nodes

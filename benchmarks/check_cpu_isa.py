@@ -1,6 +1,6 @@
 """Are CPU results tied to the instruction set? Runs the same EfficientNet-Lite0 forward, BiGRU and matmul in
-subprocesses with torch's kernels pinned to AVX2 (what every `xmr` command does, xmr/reproducibility.py) and with
-the machine's native kernels, and prints a digest of each output. On an AVX-512 machine the native digests
+subprocesses with torch's kernels pinned to AVX2 (what `XMR_PORTABLE_CPU=1` asks of every `xmr` command,
+xmr/reproducibility.py) and with the machine's native kernels (the default), and prints a digest of each output. On an AVX-512 machine the native digests
 differ from the pinned ones wherever a kernel has an AVX-512 variant; pinned runs match any AVX2 machine.
 
     python benchmarks/check_cpu_isa.py
@@ -39,8 +39,8 @@ def run(env: dict[str, str]) -> list[str]:
 def main() -> None:
     from xmr.reproducibility import PORTABLE_CPU_ENV
 
-    pinned = run({**PORTABLE_CPU_ENV, "XMR_NATIVE_CPU": "0"})
-    native = run({"XMR_NATIVE_CPU": "1"})
+    pinned = run({**PORTABLE_CPU_ENV, "XMR_PORTABLE_CPU": "1"})
+    native = run({})
     print(f"{'kernels':<10} {'ISA':<8} {'CNN features':<14} {'BiGRU':<14} {'matmul':<14}")
     for name, row in (("pinned", pinned), ("native", native)):
         print(f"{name:<10} {row[0]:<8} {row[1]:<14} {row[2]:<14} {row[3]:<14}")

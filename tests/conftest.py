@@ -93,6 +93,14 @@ def tiny_synth(tmp_path_factory) -> TinySynth:
     return TinySynth(root)
 
 
+@pytest.fixture(scope="session")
+def tiny_synth_run(tiny_synth, tmp_path_factory) -> Path:
+    """A DVSE run trained one epoch on tiny_synth (for the commands that read a run: search, score, the docs)."""
+    out = tmp_path_factory.mktemp("tiny_synth_run") / "dvse"
+    train_cli(tiny_synth.recipe("dvse", name="dvse_docs"), out)
+    return out
+
+
 def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size: int) -> Path:
     """A small synth set under ``root/synth`` and a config dir (dataset ``synth``, backbone ``eff``) for extraction
     tests; returns the config dir."""

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from xmr.reproducibility import portable_cpu_numerics
 
-    portable_cpu_numerics()  # before anything imports torch: same numbers on every AVX2 CPU (docs/reproducibility)
+    portable_cpu_numerics()  # before anything imports torch: the AVX2 pins where XMR_PORTABLE_CPU=1 asks for them
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

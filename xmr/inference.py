@@ -277,17 +277,23 @@ class Model:
 
     def search(self, queries: Sequence[str] | torch.Tensor, gallery: torch.Tensor, k: int = 5,
                rerank: str | None = None, queries_are: str | None = None,
-               rerank_params: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+               rerank_params: dict | None = None, reference: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` gallery items per query: ``(indices (Q, k), scores (Q, k))``, best first.
 
         ``queries``: caption strings (searched over a gallery of image embeddings), or embeddings from
         :meth:`encode_text` / :meth:`encode_image` with ``queries_are`` ``"text"`` or ``"image"`` (the gallery is
         then the other modality). ``rerank``: a registered re-ranker name (e.g. ``fr``, ``dsl``) applied to the
-        query x gallery matrix with its default parameters (or ``rerank_params``)."""
+        query x gallery matrix with its default parameters (or ``rerank_params``). ``reference``: with ``rerank``,
+        embeddings of the queries' modality (e.g. the split's captions, for caption queries) re-ranked together with
+        the queries, as in evaluation: re-rankers normalise each gallery item's scores over the queries' side, which
+        a handful of queries alone does not sample (one caption query makes every FR score 0)."""
         if not isinstance(queries, torch.Tensor) and not isinstance(queries, np.ndarray):
             queries, queries_are = self.encode_text(list(queries)), "text"
         if queries_are not in ("text", "image"):
             raise XmrError("search: with embeddings as queries, say queries_are='text' or 'image'")
+        n_queries = len(queries)
+        if rerank and reference is not None:  # the queries last, after the reference population
+            queries = torch.cat([torch.as_tensor(reference).to(self.device), torch.as_tensor(queries).to(self.device)])
         if queries_are == "text":
             sims = self.similarity(gallery, queries)  # images x captions
         else:
@@ -304,6 +310,7 @@ class Model:
             scores = scores.float().cpu().numpy() if torch.is_tensor(scores) else np.asarray(scores)
         else:
             scores = sims.T if queries_are == "text" else sims
+        scores = scores[-n_queries:]
         k = min(int(k), scores.shape[1])
         idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return idx, np.take_along_axis(scores, idx, axis=1)

@@ -72,6 +72,9 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
             tag = rerank or "plain"
             for p, m in by_protocol.items():
                 tracker.log_metrics(metrics_to_flat(m, f"test_{tag}/{p}"))
+            # what `xmr mlflow-table` shows beside the metrics, as `xmr show` does from the results file
+            tracker.log_metrics({"test_similarity_std": result["similarity_spread"]["std"]})
+            tracker.set_tags({k: result[k] for k in ("epochs_trained", "stopped_by") if result.get(k) is not None})
             tracker.log_dict(result, tracked_result_name(cfg["name"], tag))
     return result
 

@@ -276,6 +276,14 @@ TEST_METRIC = re.compile(r"^test_(?P<tag>[^/]+)/(?P<protocol>[^/]+)/(?P<name>[a-
 TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM"}
 
 
+def _int_or_none(v: str | None) -> int | None:
+    return int(v) if v not in (None, "") else None
+
+
+def _std_or_none(v: float | None) -> str | None:
+    return None if v is None else f"{v:.4f}"  # as xmr/report/tables.py writes it
+
+
 def results_table(experiment: str, uri: str | None = None, all_runs: bool = False) -> list[dict[str, Any]]:
     """One row per (run, test evaluation, protocol) of ``experiment``, read from MLflow alone.
 
@@ -317,6 +325,8 @@ def results_table(experiment: str, uri: str | None = None, all_runs: bool = Fals
             rows.append({"dataset": tags.get("dataset", experiment.split("/")[-1]),
                          "target": recipe if tag == "plain" else f"{recipe}_{tag}", "protocol": protocol,
                          **{col: values.get(metric) for metric, col in TABLE_METRICS.items()},
+                         "epochs": _int_or_none(tags.get("epochs_trained")), "ended by": tags.get("stopped_by"),
+                         "test sim. std": _std_or_none(run.data.metrics.get("test_similarity_std")),
                          "run_name": name, "run_id": run.info.run_id, "parent_run_id": parent,
                          "git_commit": tags.get("git_commit", ""),
                          "features_sha256": tags.get("features_sha256", "")})

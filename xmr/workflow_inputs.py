@@ -102,6 +102,26 @@ def parse_result(dataset: str, result: str, config_dir: str | Path = "config") -
                    f"exp/{{experiment}}/{{variant}}[_{{reranker}}] or bench/{{benchmark}}/{{variant}}/s{{seed}})")
 
 
+
+def requested_target_error(targets: Iterable[str], config_dir: str | Path = "config") -> str | None:
+    """xmr's one line for the first results target asked for on the command line that names no recipe,
+    experiment variant or benchmark run (a typo: ``results/synth/vsep.json``), checked when the Snakefile is
+    read, before Snakemake's DAG would wrap the same error in a dozen lines of InputFunctionException."""
+    import re
+
+    from xmr.layout import result_pattern
+
+    pattern = re.compile(result_pattern(config_dir=config_dir))
+    for target in targets:
+        m = re.fullmatch(r"results/([a-z0-9]+)/(.+)\.json", str(target))
+        if not m or not pattern.fullmatch(m.group(2)):
+            continue
+        try:
+            parse_result(m.group(1), m.group(2), config_dir)
+        except XmrError as e:
+            return str(e)
+    return None
+
 # --- the files a run reads ----------------------------------------------------------------------------------------
 
 def features_info(cfg: dict) -> dict:

@@ -78,7 +78,8 @@ def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     run(["git", "init", "-q", "-b", "main"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-q", "-m", "project"], root, env)
-    run(dvc("repro"), root, env, timeout=900)
+    repro = run(dvc("repro"), root, env, timeout=900)
+    (root.parent / "repro_output.txt").write_text(repro.stdout + repro.stderr)  # what the terminal showed
     run(["git", "add", "dvc.lock"], root, env)
     run(["git", "commit", "-q", "-m", "dvc repro"], root, env)
     status = run(dvc("status"), root, env).stdout
@@ -99,6 +100,10 @@ def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
     assert [e["head"] for e in per_epoch] == [f"{k}/{epochs}" for k in range(1, epochs + 1)]
     for e in per_epoch:
         assert float(e["loss"]) > 0 and float(e["val_rsum"]) >= 0 and float(e["samples_per_s"]) > 0
+    # and the terminal shows them as they come (`make demo` is not silent for the minutes of training)
+    shown = (root.parent / "repro_output.txt").read_text().splitlines()
+    logged = [ln for ln in lines if ln.startswith("epoch ") and "step=" not in ln]
+    assert logged and set(logged) <= set(shown), shown[-40:]
 
 
 def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
@@ -158,6 +163,10 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
         assert exp["data"]["params"][VSEPP]["data"]["optim"]["lr"] == 0.001
         assert flat_numbers(exp["data"]["metrics"]["results/synth/vsepp.metrics.json"]["data"]) == flat_numbers(
             json.loads((root / "results/synth/vsepp.metrics.json").read_text()))
+        # docs/pipeline.md's compact form: only the columns that differ (the full table is every recipe's params)
+        full, compact = (run(dvc("exp", "show", "--csv", *extra), root, env).stdout.splitlines()[0].split(",")
+                         for extra in ((), ("--only-changed",)))
+        assert any(c.endswith(":optim.lr") for c in compact) and len(compact) < 40 < len(full), (len(full), compact)
         import mlflow
 
         client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])

@@ -98,6 +98,8 @@ def test_run_carries_provenance_and_table_rebuilds_from_mlflow_alone(tiny_synth,
         (expected,) = result_rows([path])
         for col in ("i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM"):
             assert row[col] == pytest.approx(expected[col], abs=1e-9), col
+        for col in ("epochs", "ended by", "test sim. std"):  # what `xmr show` prints beside the metrics
+            assert row[col] == expected[col] and expected[col] is not None, (col, row[col], expected[col])
         assert row["run_id"] == summary["mlflow_run_id"]
 
     # a newer run of the recipe (a retraining) replaces it in the table; --all-runs keeps the old one

@@ -6,6 +6,7 @@
 #   snakemake -c2 results/synth/benchmark.md
 
 from xmr.benchmark import benchmark_names, load_benchmark
+from xmr.workflow_inputs import announce_trainings
 
 
 wildcard_constraints:
@@ -20,10 +21,17 @@ def bench_of(wc):
     return bench
 
 
+def benchmark_results(wc):
+    bench = bench_of(wc)
+    announce_trainings(f"results/{wc.dataset}/{wc.bench}.md",
+                       sorted({bench.run_dir(v, s) for v in bench.variants for s in bench.seeds}))
+    return [str(p) for p in bench.results()]
+
+
 rule benchmark_table:
     input:
         benchmark="config/benchmark/{bench}.yaml",
-        results=lambda wc: [str(p) for p in bench_of(wc).results()],
+        results=lambda wc: benchmark_results(wc),
     output:
         md="results/{dataset}/{bench}.md",
         csv="results/{dataset}/{bench}.csv",

@@ -8,8 +8,9 @@ from xmr.tracking import warn_cluster_sqlite
 from xmr.jobs import job_resource, train_job
 from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
 from xmr.workflow_inputs import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
-                                 precomputed_backbone_pattern, precomputed_import,
-                                 parse_result, rerank_inputs, rerank_options, run_config, run_inputs, run_split_inputs,
+                                 precomputed_backbone_pattern, precomputed_import, parse_result,
+                                 requested_target_error, rerank_inputs, rerank_options, run_config, run_inputs,
+                                 run_split_inputs,
                                  validate_workflow_config)
 
 min_version("9.0")
@@ -19,6 +20,14 @@ configfile: "config/config.yaml"
 
 
 validate_workflow_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+
+# a typo'd target on the command line: xmr's one line, not an InputFunctionException from the DAG (the DAG's
+# settings are not filled in yet while the Snakefile is read, so the targets come from the command line itself)
+if getattr(workflow, "is_main_process", True):
+    _target_error = requested_target_error(a for a in sys.argv[1:] if a.startswith("results/"))
+    if _target_error:
+        print(f"snakemake: {_target_error}", file=sys.stderr)
+        sys.exit(1)
 
 onstart:
     # cluster submission with the default SQLite store: say so before the jobs pile up on one file

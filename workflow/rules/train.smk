@@ -25,7 +25,8 @@ rule train:
         runtime=train_res("runtime"),
         cpus_per_task=train_res("cpus_per_task"),
     shell:
-        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress > {log} 2>&1"
+        # the epoch lines go to the terminal too (make demo is not silent while it trains); pipefail keeps the status
+        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress 2>&1 | tee {log}"
 
 
 # A recipe with a checkpoint: section names a published model instead of a training run: its run directory is

@@ -25,8 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="order of tied scores (default: pessimistic; see docs/evaluation.md)")
     p.add_argument("--rerank", default=None, metavar="NAME",  # checked against the registry (xmr.rerank.RERANKERS)
                    help="re-rank the matrix first with a registered re-ranker, e.g. fr, rr, dsl (default: none)")
-    p.add_argument("--rerank-param", action="append", default=[], metavar="NAME=VALUE",
-                   help="re-ranker parameter, repeatable (e.g. gamma1=25 for fr; bank_i2t=B.npy for qbnorm)")
+    p.add_argument("--rerank-param", nargs="+", action="extend", default=[], metavar="NAME=VALUE",
+                   help="re-ranker parameters, several after one flag or the flag repeated (e.g. gamma1=25 lambda2=25 for fr; "
+                        "bank_i2t=B.npy for qbnorm)")
     p.add_argument("--rerank-defaults", default=None, metavar="DATASET",
                    help="row of config/rerank/<name>.yaml for default parameters (default: the protocol's dataset)")
     p.add_argument("--image-labels", default=None, metavar="L.npy", help="cub: class label per image (N,)")

@@ -11,7 +11,8 @@ def add_arguments(p):
     q.add_argument("--image", action="append", help="an image file query (repeat for several)")
     p.add_argument("--k", type=int, default=5, help="results per query (default 5)")
     p.add_argument("--split", help="gallery split (default: the dataset's test split)")
-    p.add_argument("--rerank", help="a registered re-ranker applied to the query x gallery scores (e.g. fr, dsl)")
+    p.add_argument("--rerank", help="a registered re-ranker applied to the query x gallery scores (e.g. fr, dsl); the split's "
+                        "embeddings of the queries' modality are re-ranked with the queries, as in evaluation")
     p.add_argument("--device", default="auto")
 
 
@@ -25,11 +26,13 @@ def run(args):
     gallery = model.encode_split(args.split)
     if args.text:
         queries, labels = model.encode_text(args.text), args.text
-        idx, scores = model.search(queries, gallery["image_emb"], args.k, args.rerank, queries_are="text")
+        idx, scores = model.search(queries, gallery["image_emb"], args.k, args.rerank, queries_are="text",
+                                   reference=gallery["text_emb"])
         names = gallery["image_ids"]
     else:
         queries, labels = model.encode_image(args.image), args.image
-        idx, scores = model.search(queries, gallery["text_emb"], args.k, args.rerank, queries_are="image")
+        idx, scores = model.search(queries, gallery["text_emb"], args.k, args.rerank, queries_are="image",
+                                   reference=gallery["image_emb"])
         names = [f"{gallery['image_ids'][i]}: {c}" for i, c in zip(gallery["caption_image"], gallery["captions"])]
     for q, (row, srow) in zip(labels, zip(idx, scores)):
         print(f"query: {q}  ({gallery['split']} split, {model.method})")

@@ -6,7 +6,8 @@ HELP = "generate the embedded synthetic dataset from its dataset config (determi
 def add_arguments(p):
     p.add_argument("--dataset", default="synth", help="dataset name or config path (default: synth)")
     p.add_argument("--config-dir", default="config")
-    p.add_argument("--out", help="output folder (default: the config's root)")
+    p.add_argument("--out", help="output folder (default: the config's root; with --set values that differ from the "
+                                 "config's, ROOT_KEY-VALUE..., so the workflow's dataset is never overwritten)")
     p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
                    help="override generator arguments, e.g. n_train=500 seed=1 style=v1")
     p.add_argument("--stats", metavar="DATASET_JSON",
@@ -32,10 +33,20 @@ def run(args):
     if "generate" not in cfg:
         raise XmrError(f"dataset {cfg['name']} has no `generate:` section; only synthetic datasets are generated")
     gen = dict(cfg["generate"])
-    gen.update(parse_assignments(args.set, "--set"))
+    changed = {k: v for k, v in parse_assignments(args.set, "--set").items() if gen.get(k, object()) != v}
+    gen.update(changed)
     gen.setdefault("captions_per_image", cfg["captions_per_image"])
     try:
-        path = generate_synth(args.out or cfg["root"], **gen)
+        path = generate_synth(args.out or default_out(cfg["root"], changed), **gen)
     except TypeError as e:
         raise XmrError(f"synth generator: {e}") from None
     print(f"wrote {path}")
+
+
+def default_out(root: str, changed: dict) -> str:
+    """Where ``xmr synth --set ...`` writes without ``--out``: the config's root when nothing differs from the
+    config, else a sibling folder named by the changes (``data/synth_style-v1``): the workflow's dataset (and the
+    features, runs and results built from it) must not be replaced by a variant behind Snakemake's back."""
+    if not changed:
+        return root
+    return str(root).rstrip("/") + "_" + "_".join(f"{k}-{v}" for k, v in changed.items())

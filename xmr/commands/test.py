@@ -10,7 +10,7 @@ def add_arguments(p):
     p.add_argument("--reranks", nargs="+", metavar="NAME",
                    help="evaluate plain (none) and/or several re-rankers with their default parameters into one "
                         "JSON {by_rerank: {name: results}} (the seeded benchmark's per-run file)")
-    p.add_argument("--rerank-param", nargs="*", default=[], metavar="NAME=VALUE",
+    p.add_argument("--rerank-param", nargs="+", action="extend", default=[], metavar="NAME=VALUE",
                    help="re-ranker parameters: numbers, or paths (qbnorm: bank_i2t=A.npy bank_t2i=B.npy)")
     p.add_argument("--out", required=True, help="results JSON")
     p.add_argument("--metrics-out", metavar="M.json",

@@ -48,6 +48,7 @@ def run(args):
 
     source = _source(args)
     if args.nproc_per_node * args.nnodes > 1 and not distributed.already_launched():
+        check_inputs(_config(args))  # a missing dataset is xmr's one line here, not a launcher traceback after it
         child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
@@ -56,20 +57,39 @@ def run(args):
         with launcher_run_lock(args.out_dir):  # one lock per training: the children's rank 0 takes none
             return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)
 
-    from xmr.run_config import load_run_config
     from xmr.train.trainer import train
+
+    cfg = _config(args)
+    from xmr.train.stopping import command_line_epochs
+
+    note = command_line_epochs(cfg, args.set)
+    if note:
+        print(f"xmr train: {note}", flush=True)
+    summary = train(cfg, args.out_dir, resume=not args.no_resume, progress=not args.no_progress)
+    if summary["best_epoch"] > 0:  # DDP: only rank 0 validates
+        print(f"best validation RSUM {summary['best_val_rsum']:.1f} at epoch {summary['best_epoch']} -> {args.out_dir}")
+
+
+def _config(args) -> dict:
+    """The run config of --run, --experiment/--variant or --config, with the --set overrides."""
+    from xmr.run_config import load_run_config
 
     if args.run:
         from xmr.layout import RunKey
         from xmr.workflow_inputs import run_config
 
-        cfg = run_config(RunKey.from_run_dir(args.run), args.set)
-    elif args.experiment:
+        return run_config(RunKey.from_run_dir(args.run), args.set)
+    if args.experiment:
         from xmr.experiments import load_experiment, resolve_variant
 
-        cfg = resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
-    else:
-        cfg = load_run_config(args.config, args.set)
-    summary = train(cfg, args.out_dir, resume=not args.no_resume, progress=not args.no_progress)
-    if summary["best_epoch"] > 0:  # DDP: only rank 0 validates
-        print(f"best validation RSUM {summary['best_val_rsum']:.1f} at epoch {summary['best_epoch']} -> {args.out_dir}")
+        return resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
+    return load_run_config(args.config, args.set)
+
+
+def check_inputs(cfg: dict) -> None:
+    """Before DDP processes are launched: the dataset's annotations exist (what every process would read first)."""
+    from xmr.io import require_file
+
+    ds = cfg["dataset_cfg"]
+    if ds.get("annotations"):
+        require_file(ds["annotations"], ds.get("obtain", "see docs/datasets.md"))

@@ -68,12 +68,15 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
     for p in paths:
         r = read_json(p)
         rerank = r.get("rerank", "none") or "none"
-        target = r["recipe"] + ("" if rerank == "none" else f"_{rerank}")
-        secs = train_seconds(run_dir_of(r, runs_root))
+        if "recipe" in r:
+            target = r["recipe"] + ("" if rerank == "none" else f"_{rerank}")
+            secs = train_seconds(run_dir_of(r, runs_root))
+        else:  # `xmr evaluate --out M.json`: metrics of matrices, no run: named by its file
+            target, secs = Path(p).stem, None
         protocols = r.get("protocols") or {r["protocol"]: r}
         names = list(protocols) if all_protocols else [r["protocol"]]
         for name in names:
-            rows.append({"dataset": r["dataset"], "target": target, "recipe": r["recipe"], "method": r.get("method"),
+            rows.append({"dataset": r.get("dataset"), "target": target, "recipe": r.get("recipe"), "method": r.get("method"),
                          "rerank": rerank, "protocol": name, **metric_row(protocols.get(name, r)),
                          "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                          "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),

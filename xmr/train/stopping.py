@@ -34,6 +34,22 @@ def max_epochs(cfg: dict) -> int:
     return es["max_epochs"] if es["enabled"] and es["max_epochs"] else cfg["train"]["epochs"]
 
 
+def command_line_epochs(cfg: dict, overrides: list[str]) -> str | None:
+    """``--set train.epochs=N`` on a run whose stopping rule caps epochs with ``early_stopping.max_epochs``: the
+    setting wins (the user asked for N epochs; the rule may still stop earlier), so the cap becomes N, in ``cfg``
+    and hence in the run's config.yaml. Returns the one line that says so (None when nothing changed)."""
+    from xmr.config import parse_assignments
+
+    keys = parse_assignments(overrides, "--set")
+    es = cfg["train"]["early_stopping"]
+    if "train.epochs" not in keys or "train.early_stopping.max_epochs" in keys or not es["enabled"] \
+            or not es["max_epochs"] or es["max_epochs"] == cfg["train"]["epochs"]:
+        return None
+    before, es["max_epochs"] = es["max_epochs"], cfg["train"]["epochs"]
+    return (f"--set train.epochs={cfg['train']['epochs']}: the stopping rule's cap follows it "
+            f"(train.early_stopping.max_epochs {before} -> {es['max_epochs']}; the rule may still stop earlier)")
+
+
 def uses_rule(cfg: dict) -> bool:
     return cfg["train"]["early_stopping"]["enabled"] or cfg["optim"]["schedule"]["name"] == "plateau"
 

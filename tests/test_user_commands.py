@@ -1,0 +1,127 @@
+"""Issue 33's findings: documented commands run as a user types them (``run_xmr``: a fresh ``python -m xmr``
+process), each checked for what the text beside it promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, run_xmr, xmr_env
+
+
+def _one_line_error(r: subprocess.CompletedProcess, command: str) -> str:
+    """The command failed with exactly one line on stderr, naming itself, and no traceback."""
+    assert r.returncode != 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"xmr {command}: error: "), lines[0]
+    return lines[0]
+
+
+def test_show_reads_evaluate_output_and_rejects_other_files_in_one_line(tmp_path):
+    # a 2-image x 10-caption matrix whose ranking is worked out by hand: image 0's captions are 0-4, image 1's 5-9;
+    # image 0 ranks its own captions first (R@1 100), image 1 ranks caption 0 first, then its own (R@1 0, R@5 100)
+    sims = np.full((2, 10), 0.1, dtype=np.float32)
+    sims[0, :5] = [0.9, 0.8, 0.7, 0.6, 0.5]
+    sims[1, 5:] = [0.6, 0.5, 0.4, 0.3, 0.2]
+    sims[1, 0] = 0.95
+    np.save(tmp_path / "S.npy", sims)
+    run_xmr("evaluate", "--sims", tmp_path / "S.npy", "--out", tmp_path / "M.json", check=True)
+    r = run_xmr("show", tmp_path / "M.json", check=True)
+    row = r.stdout.splitlines()[2].split(" | ")
+    assert row[1:4] == ["M", "plain", "50.0"], r.stdout  # i2t R@1: image 0 hits, image 1 misses
+    (tmp_path / "train.json").write_text(json.dumps({"best_epoch": 3, "best_val_rsum": 100.0}))
+    for bad, says in (("S.npy", "not a JSON file"), ("train.json", "a run's train.json"),
+                      ("missing.json", "file not found")):
+        line = _one_line_error(run_xmr("show", tmp_path / bad), "show")
+        assert says in line and bad in line, line
+
+
+def test_rerank_param_takes_several_values_after_one_flag(tmp_path):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "S.npy", rng.standard_normal((10, 50)).astype(np.float32))
+    # docs/evaluation.md's form: both values after one --rerank-param; the repeated flag gives the same file
+    run_xmr("evaluate", "--sims", tmp_path / "S.npy", "--rerank", "fr", "--rerank-param", "gamma1=20", "lambda2=25",
+            "--out", tmp_path / "a.json", check=True)
+    run_xmr("evaluate", "--sims", tmp_path / "S.npy", "--rerank", "fr", "--rerank-param", "gamma1=20",
+            "--rerank-param", "lambda2=25", "--out", tmp_path / "b.json", check=True)
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert a["rerank_params"]["gamma1"] == 20.0 and a["rerank_params"]["lambda2"] == 25.0
+    assert a == b
+
+
+def test_synth_set_writes_beside_the_workflow_dataset(tmp_path):
+    r = run_xmr("synth", "--config-dir", REPO / "config", "--set", "style=v1", "n_train=2", "n_val=1", "n_test=1",
+                "image_size=64", cwd=tmp_path, check=True)
+    assert not (tmp_path / "data" / "synth").exists()  # the demo's dataset is never the target of a variant
+    out = tmp_path / "data" / "synth_style-v1_n_train-2_n_val-1_n_test-1_image_size-64" / "dataset_synth.json"
+    assert out.exists(), r.stdout
+    assert str(out.relative_to(tmp_path)) in r.stdout
+
+
+def test_command_line_epochs_win_over_the_stopping_rule_cap(tiny_synth, tmp_path):
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_rule", train={
+        "epochs": 30, "early_stopping": {"enabled": True, "max_epochs": 4}})
+    out = tmp_path / "run"
+    r = run_xmr("train", "--config", recipe, "--out-dir", out, "--no-progress", "--set", "train.epochs=1", check=True)
+    notes = [ln for ln in r.stdout.splitlines() if "train.early_stopping.max_epochs" in ln]
+    assert notes == ["xmr train: --set train.epochs=1: the stopping rule's cap follows it "
+                     "(train.early_stopping.max_epochs 4 -> 1; the rule may still stop earlier)"], r.stdout
+    assert json.loads((out / "train.json").read_text())["epochs_trained"] == 1
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["train"]["epochs"] == 1 and saved["train"]["early_stopping"]["max_epochs"] == 1
+
+
+def test_search_rerank_scores_are_the_rerankers_own(tiny_synth_run):
+    # one caption query: FR normalises each image's scores over the split's captions with the query among them
+    # (as evaluation does), so the scores differ from hit to hit instead of all being 0
+    r = run_xmr("search", "--run", tiny_synth_run, "--text", "a red circle", "--k", "3", "--rerank", "fr",
+                "--device", "cpu", check=True)
+    scores = [float(ln.split()[1]) for ln in r.stdout.splitlines()[1:4]]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == 3, r.stdout
+    # the same query re-ranked through the API with the split's captions as the population agrees with the CLI
+    code = ("import sys, xmr; m = xmr.load(sys.argv[1], device='cpu'); g = m.encode_split();"
+            "i, s = m.search(['a red circle'], g['image_emb'], k=3, rerank='fr', reference=g['text_emb']);"
+            "print(' '.join(f'{v:.4f}' for v in s[0]))")
+    api = subprocess.run([sys.executable, "-c", code, str(tiny_synth_run)], env=xmr_env(), capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert [float(v) for v in api] == scores
+
+
+def test_pyproject_licence_is_an_spdx_string_so_install_prints_no_deprecation(tmp_path):
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "MIT"
+    r = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+                        "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))", str(tmp_path)],
+                       cwd=REPO, env=xmr_env(), capture_output=True, text=True, check=True)
+    assert "Deprecat" not in r.stdout + r.stderr, r.stdout + r.stderr
+    dist = tmp_path / r.stdout.split()[-1]
+    assert "License-Expression: MIT" in (dist / "METADATA").read_text()
+
+
+@pytest.mark.parametrize("doc,needle", [("docs/methods/rrf.md", "xmr train --config config/recipes/f30k/rrf.yaml")])
+def test_rrf_card_example_names_its_out_dir(doc, needle, tmp_path):
+    # the card's line, as printed (one line once the Markdown wrap is joined): on a clone without Flickr30K it
+    # gets past the argument checks and stops on the missing dataset, not on "give --out-dir"
+    text = " ".join((REPO / doc).read_text().split())
+    start = text.index(needle)
+    line = text[start:text.index("`", start)].split()
+    (tmp_path / "config").symlink_to(REPO / "config")
+    r = run_xmr(*line[1:], cwd=tmp_path)
+    assert "--out-dir" not in r.stderr, r.stderr
+
+
+def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
+    # docs/pipeline.md's launch by hand, on a clone without COCO: xmr's line, and no launcher is started
+    (tmp_path / "config").symlink_to(REPO / "config")
+    r = run_xmr("train", "--nproc-per-node", "4", "--config", "config/recipes/coco/dvse.yaml", "--out-dir",
+                "runs/coco/dvse", cwd=tmp_path)
+    line = _one_line_error(r, "train")
+    assert line.startswith("xmr train: error: data/coco/dataset_coco.json: not found; download dataset_coco.json")
+    assert "launching:" not in r.stdout and not (tmp_path / "runs").exists()
