@@ -98,6 +98,15 @@ _NAME = "[a-z0-9_]+"
 RUN_PATTERN = f"{_NAME}|exp/{_NAME}/{_NAME}|bench/{_NAME}/{_NAME}/s[0-9]+"
 
 
+def split_results_target(target: str | os.PathLike, results_root: str | os.PathLike = RESULTS_ROOT
+                         ) -> tuple[str, str] | None:
+    """``results/{dataset}/{result}.json`` -> (dataset, result); None for any other path."""
+    import re
+
+    m = re.fullmatch(rf"{re.escape(str(results_root))}/([a-z0-9]+)/(.+)\.json", str(target))
+    return (m.group(1), m.group(2)) if m else None
+
+
 def result_pattern(tables: tuple[str, ...] = ("summary",), config_dir: str | Path = "config") -> str:
     """The ``{result}`` wildcard of ``results/{dataset}/{result}.json``: a recipe target, an experiment variant's
     or a benchmark run's, but never a dataset-level table (``summary``, ``{benchmark}``: other rules write those)."""

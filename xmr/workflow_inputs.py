@@ -109,15 +109,15 @@ def requested_target_error(targets: Iterable[str], config_dir: str | Path = "con
     read, before Snakemake's DAG would wrap the same error in a dozen lines of InputFunctionException."""
     import re
 
-    from xmr.layout import result_pattern
+    from xmr.layout import result_pattern, split_results_target
 
     pattern = re.compile(result_pattern(config_dir=config_dir))
     for target in targets:
-        m = re.fullmatch(r"results/([a-z0-9]+)/(.+)\.json", str(target))
-        if not m or not pattern.fullmatch(m.group(2)):
+        parts = split_results_target(target)
+        if not parts or not pattern.fullmatch(parts[1]):
             continue
         try:
-            parse_result(m.group(1), m.group(2), config_dir)
+            parse_result(*parts, config_dir)
         except XmrError as e:
             return str(e)
     return None
