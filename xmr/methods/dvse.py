@@ -38,7 +38,7 @@ from xmr.losses.orthogonal import DC_MODES, dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
 from xmr.methods.base import METHODS, RetrievalModel, strict_section
-from xmr.models.set_heads import ACTIVATIONS, POOLS, PIEImageHead, PIETextHead
+from xmr.models.set_heads import ACTIVATIONS, NORM_POSITIONS, POOLS, PIEImageHead, PIETextHead
 from xmr.models.text import build_text_encoder
 from xmr.similarity import set_similarity
 
@@ -90,6 +90,11 @@ class DVSE(RetrievalModel):
                                      "description": "attention MLP width; null = input width / 2 (PVSE)"},
                 "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid", "description": "activation s"},
                 "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "layer_norm": {"enum": list(NORM_POSITIONS), "default": "sum",
+                               "description": "image side: sum = LN(h_V(z) + v̂) (the paper's formula); "
+                                              "per_term = LN(h_V(z)) + LN(v̂), neither term outweighs the other"},
+                "residual_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
+                                   "description": "image side: λ in LN(h_V(z) + λ v̂) (paper: 1)"},
                 "image_pool": {"enum": ["mean", "max"], "default": "mean", "description": "h_V before its FC"},
                 "text_pool": {"enum": list(POOLS), "default": "mean", "description": "h_T over the text outputs"},
                 "text_attention_input": {"enum": ["hidden", "words"], "default": "hidden",
@@ -143,7 +148,8 @@ class DVSE(RetrievalModel):
                            f"drop_terms; masked sub-embeddings are left out of a max only: set eval.similarity: max")
         if m["attention"]:
             self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m["attention_hidden"],
-                                           m["activation"], m["dropout"], m["image_pool"])
+                                           m["activation"], m["dropout"], m["image_pool"], m["layer_norm"],
+                                           m["residual_scale"])
         else:  # w/o SE, "global only" reading: LN(h_V(z))
             self.image_global = nn.Linear(image_dim, self.embed_dim)
             self.image_norm = nn.LayerNorm(self.embed_dim)
