@@ -108,6 +108,10 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     write_gallery(run_dir, cfg, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
+    if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
+        from xmr.evaluation.set_stats import compute_set_statistics, write_set_statistics
+
+        write_set_statistics(run_dir, cfg, split, compute_set_statistics(model, cfg, data, feats, dev, img, cap))
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
 

@@ -195,7 +195,7 @@ class DVSE(RetrievalModel):
         mask = self.dynamic_mask(feats, num_regions) if self.mask_enabled else None
         gate = mask if self.mask_enabled and self.mask_mode == "gate" else None
         out = self.image_head(feats, num_regions, gate)
-        self._aux = {"image_residuals": out["residuals"], "mask": mask}
+        self._aux = {"image_residuals": out["residuals"], "mask": mask, "image_global": out["global"]}
         emb = out["embeddings"]
         if mask is not None and self.mask_mode == "drop_terms" and not self.training:
             # test time: a masked slot is replaced by the image's first active one, so max over all K slots
