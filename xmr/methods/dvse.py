@@ -18,6 +18,8 @@ Resolved ambiguities, each a config option (docs/methods/dvse.md has the reasoni
   ``loss.orthogonal.target``: ``residuals`` v̂ (Eq. 4, default) or the final ``embeddings`` v.
 - ``loss.sigma.detach`` (gradients through σ): true (default; σ is a weight) / false.
 - ``eval.similarity`` (K sub-embeddings -> one score): ``max`` (default, PVSE's MIL) / ``mean``.
+- ``model.layer_norm`` (where the LayerNorm sits): ``sum`` LN(h_V(z) + v̂) (default, the formula) / ``per_term``
+  LN(h_V(z)) + LN(v̂); ``model.residual_scale`` λ in LN(h_V(z) + λ v̂) (default 1).
 - ``loss.warmup_epochs`` (card A13): summed hinges over all negatives before this epoch, then the hardest
   negative; 0 (default, the paper) = hardest negatives from the start.
 
