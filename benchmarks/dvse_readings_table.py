@@ -26,7 +26,7 @@ def main() -> None:
     p.add_argument("--tolerance", type=float, default=5.1, help="RSUM within this of the best (the fixed rule)")
     args = p.parse_args()
     from xmr.config import load_yaml
-    from xmr.evaluation.set_stats import read_set_statistics
+    from xmr.gallery_cache import read_set_statistics
     from xmr.experiments import load_experiment
 
     exp = load_experiment(args.experiment)

@@ -22,7 +22,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py) and, for a set method, how
     far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py)."""
     from xmr.evaluation import evaluate_sims
-    from xmr.evaluation.set_stats import read_set_statistics
+    from xmr.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
 
     run_dir = Path(run_dir)

@@ -9,8 +9,9 @@
 - ``set_statistics(...)``: both, for the final sub-embeddings and for the residuals (DVSE/PVSE's v̂, DivE's slots),
   plus, for DVSE, the mean norms of h_V(z) and v̂^k before the LayerNorm.
 
-``xmr score`` computes them for every set method's scored split (``compute_set_statistics``) and ``xmr evaluate``
-copies them into the results file (``set_statistics``).
+``xmr score`` computes them for every set method's scored split (``xmr.inference.compute_set_statistics``), stores
+them beside the gallery cache (``xmr.gallery_cache.write_set_statistics``), and ``xmr test`` / ``xmr evaluate`` copy
+them into the results file (``set_statistics``).
 """
 
 from __future__ import annotations
@@ -119,70 +120,5 @@ def residual_key(model) -> str | None:
     return None
 
 
-@torch.no_grad()
-def compute_set_statistics(model, cfg: dict, data, feats, device: torch.device, image_sets: torch.Tensor,
-                           text: torch.Tensor | None = None) -> dict[str, Any]:
-    """Set statistics of a trained model on a split, from the embeddings ``encode_split`` gave (``image_sets``
-    (N, K, D) of the split's first N images, ``text`` their captions' embeddings, for slot usage). The images are
-    encoded once more to read each batch's residuals and, for DVSE, the global term h_V(z) from the model's
-    ``_aux``."""
-    from torch.utils.data import DataLoader
-
-    from xmr.loaders import image_input, image_loader_parts
-
-    model.eval()
-    n = image_sets.shape[0]
-    dataset, collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
-    loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)
-    res, g_norms, r_norms, batches = [], [], [], 0
-    for b in loader:
-        model.embed_images(*image_input(b, device))
-        batches += 1
-        aux = getattr(model, "_aux", {}) or {}
-        key = residual_key(model)
-        if key is not None:
-            res.append(aux[key].float().cpu())
-        if aux.get("image_global") is not None:
-            g_norms.append(aux["image_global"].float().norm(dim=-1).cpu())
-            r_norms.append(aux["image_residuals"].float().norm(dim=-1).flatten().cpu())
-    slots = cfg["eval"]["similarity"] in SLOT_MEASURES and text is not None
-    caption_image = [j for j in data.caption_image if j < n] if slots else None  # encode_split's captions
-    if slots and len(caption_image) != len(text):
-        raise XmrError(f"set statistics: {len(text)} caption embeddings for {len(caption_image)} captions")
-    return set_statistics(image_sets, text if slots else None, caption_image,
-                          torch.cat(res) if res and len(res) == batches else None,
-                          torch.cat(g_norms).mean().item() if g_norms else None,
-                          torch.cat(r_norms).mean().item() if r_norms else None)
-
-
-def set_statistics_file(run_dir, split: str):
-    """``{run_dir}/set_stats_{split}.json``: what ``xmr score`` measured of the set on ``split``."""
-    from pathlib import Path
-
-    return Path(run_dir) / f"set_stats_{split}.json"
-
-
-def write_set_statistics(run_dir, cfg: dict, split: str, stats: dict[str, Any]) -> None:
-    """Store ``stats`` keyed like the gallery cache (checkpoint, config, the split's inputs), atomically."""
-    from xmr.gallery_cache import cache_key
-    from xmr.io import write_json
-
-    write_json(set_statistics_file(run_dir, split), {"key": cache_key(run_dir, cfg, split), "split": split, **stats})
-
-
-def read_set_statistics(run_dir, cfg: dict, split: str) -> dict[str, Any] | None:
-    """The set statistics ``xmr score`` stored for ``split``, or None when missing or stale (another checkpoint)."""
-    from xmr.gallery_cache import cache_key
-    from xmr.io import read_json
-
-    path = set_statistics_file(run_dir, split)
-    if not path.is_file():
-        return None
-    doc = read_json(path)
-    if doc.pop("key", None) != cache_key(run_dir, cfg, split):
-        return None
-    return doc
-
-
-__all__ = ["read_set_statistics", "set_statistics_file", "write_set_statistics", "MEASURES", "SLOT_MEASURES", "compute_set_statistics", "correlation_matrix", "correlation_sums",
+__all__ = ["MEASURES", "SLOT_MEASURES", "correlation_matrix", "correlation_sums",
            "mean_off_diagonal", "residual_key", "set_statistics", "slot_usage"]
