@@ -190,10 +190,11 @@ def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
     # a: 10-12 epochs, best 4-6, 100 s per epoch, (1000 + 1100 + 1200) / 3 s = 18.3 min per run,
     # std 0.1200 ± 0.0000, in-batch top-1 1 at B 32 (every positive first), none at B 128 (only 40 images),
     # not collapsed; b: all three below 0.01, no scored matrix
+    # (no set statistics in these files: the set columns show –)
     row_a = ("| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | "
-             "1.00 ± 0.00 | – | no |")
+             "1.00 ± 0.00 | – | – | – | no |")
     row_b = ("| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | – | – | "
-             "⚠ 3 of 3 |")
+             "– | – | ⚠ 3 of 3 |")
     assert row_a in md and row_b in md
     # the short part (README): the same table and the time line, none of the recall tables
     short = paths["training_md"].read_text()
@@ -202,3 +203,41 @@ def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
     assert paths["curves_png"].stat().st_size > 1000
     training = json.loads(paths["json"].read_text())["training"]
     assert sum(r["collapsed"] for r in training) == 3
+
+
+def test_set_correlation_claims_lower_is_better_and_training_columns(bench_dir):
+    """A claim on the sub-embedding correlation: lower is better, so the difference is worse − better; runs without
+    set statistics give "not measured"; the training table shows correlation and slot entropy."""
+    doc = yaml.safe_load((bench_dir / "config" / "benchmark" / "bench.yaml").read_text())
+    doc["claims"] = [{"claim": "a less correlated", "source": "F6", "better": "a", "worse": "b", "metric": "correlation"},
+                     {"claim": "b less correlated", "source": "F6", "better": "b", "worse": "a", "metric": "correlation"},
+                     {"claim": "residuals", "source": "E4", "better": "a", "worse": "b",
+                      "metric": "residual_correlation"}]
+    (bench_dir / "config" / "benchmark" / "bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    corr = {"a": [0.20, 0.21, 0.22], "b": [0.60, 0.62, 0.64]}
+    for v in ("a", "b"):
+        for seed in (0, 1, 2):
+            path = bench_dir / "results" / "toy" / "bench" / "bench" / v / f"s{seed}.json"
+            d = json.loads(path.read_text())
+            d["set_statistics"] = {"k": 2, "correlation": corr[v][seed],
+                                   "slot_usage": {"entropy_normalised": 0.5 if v == "a" else 1.0}}
+            path.write_text(json.dumps(d))
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
+    # a 0.21 ± 0.01, b 0.62 ± 0.02: b - a = 0.41, Welch SE sqrt(0.0001/3 + 0.0004/3) = 0.01291, t = 31.8 at
+    # df (0.0005/3)^2 / ((0.0001/3)^2/2 + (0.0004/3)^2/2) = 50/17
+    c = claims["a less correlated"]
+    se = math.sqrt(0.0005 / 3)
+    assert c["diff"] == pytest.approx(0.41) and c["se"] == pytest.approx(se) and c["df"] == pytest.approx(50 / 17)
+    assert c["t"] == pytest.approx(0.41 / se) and (c["better_mean"], c["worse_mean"]) == pytest.approx((0.21, 0.62))
+    assert c["verdict"] == "holds"
+    c = claims["b less correlated"]
+    assert c["diff"] == pytest.approx(-0.41) and c["verdict"] == "does not hold"
+    assert claims["b less correlated"]["p_holm"] == pytest.approx(2 * c["p"])  # a family of two tested claims
+    assert claims["residuals"]["verdict"] == "not measured"
+    md = paths["claims_md"].read_text()
+    assert "`a` vs `b` (correlation, lower is better)" in md and "| 0.210 ± 0.010 | 0.620 ± 0.020 | +0.410 ± 0.013 |" in md
+    # training table: set corr. and slot entropy, mean ± std over seeds
+    assert "| 0.210 ± 0.010 | 0.50 ± 0.00 |" in paths["md"].read_text()
+    assert "| 0.620 ± 0.020 | 1.00 ± 0.00 |" in paths["md"].read_text()

@@ -71,6 +71,38 @@ def test_gate_mode_masked_slot_is_global_embedding(tiny_synth):
     assert not torch.allclose(emb[on_i, on_k], only_global[on_i], atol=1e-3)
 
 
+def test_layer_norm_position_and_residual_scale(tiny_synth):
+    """model.layer_norm per_term: v^k = l2norm(LN(g) + m_k LN'(v̂^k)); model.residual_scale λ: l2norm(LN(g + λ m_k v̂^k)),
+    recomputed from the head's own parts; the image's global term and residuals are kept for the set statistics."""
+    def by_hand(model, feats, nr, per_term, scale):
+        head = model.image_head
+        g = head.global_fc(torch.stack([feats[i, :n].mean(0) for i, n in enumerate(nr)]))
+        pooled, _ = head.pie.attention(feats, nr)
+        res = torch.sigmoid(head.pie.fc(pooled))
+        m = model.dynamic_mask(feats, nr)[..., None]
+        ln = head.pie.layer_norm
+        if per_term:
+            return F.normalize(ln(g)[:, None] + m * head.pie.residual_norm(res), dim=-1), g, res
+        return F.normalize(ln(g[:, None] + scale * m * res), dim=-1), g, res
+
+    for per_term, scale in ((False, 1.0), (False, 4.0), (True, 1.0)):
+        model = dvse_model(tiny_synth, model={"layer_norm": "per_term" if per_term else "sum",
+                                              "residual_scale": scale}).eval()
+        with torch.no_grad():  # the second LayerNorm's affine away from identity, so that it is seen
+            if per_term:
+                model.image_head.pie.residual_norm.weight.uniform_(0.5, 2.0)
+        feats, nr, _ = batch_inputs(model)
+        with torch.no_grad():
+            out = model.image_outputs(feats, nr)
+            want, g, res = by_hand(model, feats, nr, per_term, scale)
+        assert torch.allclose(out["img"], want, atol=1e-5)
+        assert torch.allclose(out["image_global"], g, atol=1e-6)
+        assert torch.allclose(out["image_residuals"], res, atol=1e-6)
+    # the recipes' reading (config/methods/dvse.yaml, the readings study) is per_term; the formula has one LayerNorm
+    assert hasattr(dvse_model(tiny_synth).image_head.pie, "residual_norm")
+    assert not hasattr(dvse_model(tiny_synth, model={"layer_norm": "sum"}).image_head.pie, "residual_norm")
+
+
 def test_loss_only_and_drop_terms_modes(tiny_synth):
     gate = dvse_model(tiny_synth).eval()
     loss_only = dvse_model(tiny_synth, model={"dynamic_mask": {"mode": "loss_only"}}).eval()

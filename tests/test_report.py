@@ -83,7 +83,7 @@ def test_summary_table_has_method_and_train_time(tmp_path):
     assert row["RSUM"] == 310.0 and row["i2t R-P"] == 25.0 and row["target"] == "c_fr" and row["train (min)"] is None
 
 
-def test_show_table_says_how_training_ended_and_the_spread(tmp_path):
+def test_show_table_says_how_training_ended_the_spread_and_the_set_correlation(tmp_path):
     from xmr.report.tables import markdown_table, result_rows
 
     metrics = {"i2t": {"r1": 10.0, "r5": 20.0, "r10": 30.0}, "t2i": {"r1": 1.0, "r5": 2.0, "r10": 3.0}, "rsum": 66.0}
@@ -92,8 +92,13 @@ def test_show_table_says_how_training_ended_and_the_spread(tmp_path):
                                 "epochs_trained": 5, "stopped_by": "cap",
                                 "similarity_spread": {"std": 0.10142, "margin": 0.01}}))
     md = markdown_table(result_rows([path], tmp_path / "runs")).splitlines()
-    assert md[0].endswith("| RSUM | epochs | ended by | test sim. std |")
-    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 |"
+    assert md[0].endswith("| RSUM | epochs | ended by | test sim. std | set corr. |")
+    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 | — |"
+    # a set method's results: the mean off-diagonal cosine of its sub-embeddings (set_statistics.correlation)
+    doc = json.loads(path.read_text()) | {"set_statistics": {"k": 6, "correlation": 0.99412}}
+    path.write_text(json.dumps(doc))
+    md = markdown_table(result_rows([path], tmp_path / "runs")).splitlines()
+    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 | 0.994 |"
 
 
 # -- FR grid -----------------------------------------------------------------------------------------------------------

@@ -36,6 +36,10 @@ PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
 METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
 ALPHA = 0.05  # two-sided, family-wise over the claims (Holm)
+#: per-run set statistics a claim can compare (xmr/evaluation/set_stats.py; the same value for every re-ranker and
+#: subset of a run: they describe its image embeddings); NaN for a run of a single-embedding method
+SET_METRICS = ("correlation", "residual_correlation")
+LOWER_IS_BETTER = frozenset(SET_METRICS)  # a claim "X lowers the correlation": the claimed-better side is lower
 
 
 @dataclass
@@ -159,8 +163,15 @@ def flat_metrics(result: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def set_metrics(result: dict) -> dict[str, float]:
+    """``SET_METRICS`` of a per-seed results file (its ``set_statistics``; NaN where it has none)."""
+    stats = result.get("set_statistics") or {}
+    return {m: float(stats.get(m, float("nan"))) for m in SET_METRICS}
+
+
 def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, strict: bool = True) -> list[dict]:
-    """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files."""
+    """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files (the
+    run's set statistics, ``SET_METRICS``, repeated in each of its records)."""
     from xmr.io import read_json
 
     records = []
@@ -176,7 +187,8 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
                 if rerank not in doc["by_rerank"]:
                     raise XmrError(f"{p}: no evaluation with re-ranker {rerank!r}; re-run its evaluation")
                 for subset, metrics in flat_metrics(doc["by_rerank"][rerank]).items():
-                    records.append({"variant": variant, "seed": seed, "rerank": rerank, "subset": subset, **metrics})
+                    records.append({"variant": variant, "seed": seed, "rerank": rerank, "subset": subset, **metrics,
+                                    **set_metrics(doc)})
     if missing and strict:
         raise XmrError(f"{len(missing)} benchmark results missing, e.g. {missing[0]}; build them with "
                        f"`snakemake -c2 results/{bench.dataset}/{bench.name}.md`")
@@ -210,25 +222,32 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
                                             if sims is not None and per_caption and sims.shape[0] >= b
                                             else float("nan"))
                     for b in IN_BATCH}
+            usage = (doc.get("set_statistics") or {}).get("slot_usage") or {}
             out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
                         "best_epoch": doc.get("best_epoch"), "stopped_by": doc.get("stopped_by"),
                         "train_seconds": doc.get("train_seconds"),
                         "sim_std": float(spread.get("std", float("nan"))),
                         "sim_margin": float(spread.get("margin", float("nan"))),
-                        "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std, **top1})
+                        "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std, **top1,
+                        **set_metrics(doc), "slot_entropy": float(usage.get("entropy_normalised", float("nan")))})
     return out
 
 
 def training_markdown(bench: Benchmark, training: list[dict]) -> str:
-    """Per variant: epochs trained, how training ended, seconds per epoch, and the test matrix's spread, with
-    collapsed runs (std below ``degenerate_std``) flagged."""
+    """Per variant: epochs trained, how training ended, seconds per epoch, the test matrix's spread, with
+    collapsed runs (std below ``degenerate_std``) flagged, and for set methods how far apart the sub-embeddings are
+    (mean off-diagonal cosine of an image's sub-embeddings; slot usage's normalised entropy)."""
     out = io.StringIO()
     out.write(f"**Training and similarity spread** (per variant over its seeds; test similarities: std and the mean "
               f"margin between each query's best positive and its hardest negative; ⚠ = a run with std < "
-              f"{bench.degenerate_std:g}, i.e. collapsed)\n\n")
+              f"{bench.degenerate_std:g}, i.e. collapsed; set methods: *set corr.* = mean off-diagonal cosine of an "
+              f"image's final sub-embeddings over the test images (DVSE Fig. 6's measure; 1 = one vector), *slot "
+              f"entropy* = entropy of which sub-embedding scores each positive pair highest, over log2 K (1 = all "
+              f"used alike, 0 = one))\n\n")
     top1_heads = " | ".join(f"top-1 B {b}" for b in IN_BATCH)
     out.write(f"| variant | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | margin | "
-              f"{top1_heads} | collapsed |\n|---|---|---|---|---|---|---|---|" + "---|" * len(IN_BATCH) + "---|\n")
+              f"{top1_heads} | set corr. | slot entropy | collapsed |\n|---|---|---|---|---|---|---|---|"
+              + "---|" * len(IN_BATCH) + "---|---|---|\n")
     for v in bench.variants:
         recs = [r for r in training if r["variant"] == v]
         if not recs:
@@ -252,8 +271,10 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
         n_col = sum(r["collapsed"] for r in recs)
         top1 = " | ".join(_pm(*mean_std(r.get(f"in_batch_top1_b{b}", float("nan")) for r in recs), 2)
                           for b in IN_BATCH)
+        corr = _pm(*mean_std(r.get("correlation", float("nan")) for r in recs), 3)
+        entropy = _pm(*mean_std(r.get("slot_entropy", float("nan")) for r in recs), 2)
         out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | {per_run} | "
-                  f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | {top1} | "
+                  f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | {top1} | {corr} | {entropy} | "
                   f"{f'⚠ {n_col} of {len(recs)}' if n_col else 'no'} |\n")
     out.write("\n")
     return out.getvalue()
@@ -283,6 +304,13 @@ def verdict(diff: float, p_adjusted: float, alpha: float = ALPHA) -> str:
     return "holds" if diff > 0 else "does not hold"
 
 
+def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict:
+    nan = float("nan")
+    return {"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"], "subset": subset,
+            "metric": metric, "better_mean": nan, "better_std": nan, "worse_mean": nan, "worse_std": nan, "diff": nan,
+            "se": nan, "n": 0, "t": nan, "df": nan, "p": nan, "paired": paired, "verdict": why}
+
+
 def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
     rows = []
     for c in bench.claims:
@@ -290,24 +318,27 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
         wv, wr = _side(c["worse"])
         subset, metric = c.get("subset", ALL), c.get("metric", "rsum")
         b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
+        if metric in SET_METRICS:  # runs without set statistics (a single-embedding method, an older results file)
+            measured = {v: {s: x for s, x in side.items() if math.isfinite(x)} for v, side in (("b", b), ("w", w))}
+            if (b and w) and not (measured["b"] and measured["w"]):
+                rows.append(_unjudged(c, subset, metric, bv == wv, "not measured"))
+                continue
+            b, w = measured["b"], measured["w"]
         if not b or not w:
             if any(r["subset"] == subset for r in records):  # the subset exists: these runs are missing
-                rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
-                             "subset": subset, "metric": metric, "better_mean": float("nan"),
-                             "better_std": float("nan"), "worse_mean": float("nan"), "worse_std": float("nan"),
-                             "diff": float("nan"), "se": float("nan"), "n": 0, "t": float("nan"),
-                             "df": float("nan"), "p": float("nan"), "paired": bv == wv, "verdict": "not run"})
+                rows.append(_unjudged(c, subset, metric, bv == wv, "not run"))
                 continue
             raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
                            f"define that evaluation subset?")
-        cmp = compare(b, w, paired=bv == wv)
+        # diff > 0 always means "as claimed": for a lower-is-better metric the claimed-better side is the lower one
+        cmp = compare(w, b, paired=bv == wv) if metric in LOWER_IS_BETTER else compare(b, w, paired=bv == wv)
         (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
         rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
                      "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
                      "worse_std": ws, **cmp, "paired": bv == wv})
     for row, p_adj in zip(rows, holm([r["p"] for r in rows])):
         row["p_holm"] = p_adj
-        if row.get("verdict") != "not run":
+        if row.get("verdict") not in ("not run", "not measured"):
             row["verdict"] = verdict(row["diff"], p_adj)
     return rows
 
@@ -435,18 +466,21 @@ def claims_markdown(claims: list[dict], n_seeds: int) -> str:
     out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | t (df) | "
               "p | p (Holm) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
     for c in claims:
-        metric = "" if c["metric"] == "rsum" else f" ({c['metric']})"
+        metric = "" if c["metric"] == "rsum" else \
+            f" ({c['metric']}{', lower is better' if c['metric'] in LOWER_IS_BETTER else ''})"
+        dg = 3 if c["metric"] in SET_METRICS else 1
         diff = "–" if not math.isfinite(c["diff"]) else \
-            f"{c['diff']:+.1f} ± {c['se']:.1f}{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
+            f"{c['diff']:+.{dg}f} ± {c['se']:.{dg}f}{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
         t = "–" if not math.isfinite(c.get("df", float("nan"))) else f"{c['t']:+.2f} ({c['df']:.1f})"
         out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
-                  f"{_pm(c['better_mean'], c['better_std'])} | {_pm(c['worse_mean'], c['worse_std'])} | "
+                  f"{_pm(c['better_mean'], c['better_std'], dg)} | {_pm(c['worse_mean'], c['worse_std'], dg)} | "
                   f"{diff} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | **{c['verdict']}** |\n")
     tested = [c for c in claims if math.isfinite(c.get("p", float("nan")))]
     raw = sum(c["p"] < ALPHA for c in tested)
     out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference. Each claim is a two-sided "
               f"t-test at its degrees of freedom: paired over seeds (df = n − 1) when both sides are the same "
-              f"models, else Welch's (Welch–Satterthwaite df). The {len(tested)} p values are adjusted together by "
+              f"models, else Welch's (Welch–Satterthwaite df). The difference is signed so that > 0 is the claimed "
+              f"direction (claimed worse − claimed better for a lower-is-better metric). The {len(tested)} p values are adjusted together by "
               f"Holm's step-down rule; *holds* / *does not hold*: Holm-adjusted p < {ALPHA} with the difference "
               f"positive / negative; else *inconclusive*. Unadjusted, {raw} of {len(tested)} would pass "
               f"p < {ALPHA}; by chance alone about {ALPHA * len(tested):.1f} would.\n")

@@ -8,6 +8,9 @@ the checkpoint (``best.pt``), ``config.yaml``, the split's image input (its feat
 annotations), its precomputed text features if any, and the dataset's annotation files; a change to any of them
 makes the cache stale. Large files' digests are themselves cached by size and mtime (:func:`xmr.io.sha256_file`),
 so checking the key costs milliseconds. No torch here: ``xmr test`` reads the cache without it.
+
+Beside it, ``xmr score`` stores a set method's set statistics of the split (``{run_dir}/set_stats_{split}.json``,
+xmr/evaluation/set_stats.py), keyed the same way; ``xmr test`` copies them into the results file.
 """
 
 from __future__ import annotations
@@ -91,3 +94,38 @@ def write_gallery(run_dir: str | os.PathLike, cfg: dict, split: str, data, image
     except (OSError, XmrError):  # a read-only or full disk: the gallery is recomputed next time
         return None
     return path
+
+
+def set_statistics_file(run_dir: str | os.PathLike, split: str) -> Path:
+    """``{run_dir}/set_stats_{split}.json``: what ``xmr score`` measured of a set method's sub-embeddings on ``split``."""
+    return Path(run_dir) / f"set_stats_{split}.json"
+
+
+def write_set_statistics(run_dir: str | os.PathLike, cfg: dict, split: str, stats: dict[str, Any]) -> Path | None:
+    """Store ``stats`` keyed like the gallery cache (checkpoint, config, the split's inputs), atomically; None (and
+    nothing written) when the key cannot be made or the run directory is read-only."""
+    from xmr.io import write_json
+
+    key = cache_key(run_dir, cfg, split)
+    if key is None:
+        return None
+    path = set_statistics_file(run_dir, split)
+    try:
+        write_json(path, {"key": key, "split": split, **stats})
+    except (OSError, XmrError):
+        return None
+    return path
+
+
+def read_set_statistics(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, Any] | None:
+    """The set statistics ``xmr score`` stored for ``split``, or None when missing or stale (another checkpoint)."""
+    from xmr.io import read_json
+
+    path = set_statistics_file(run_dir, split)
+    key = cache_key(run_dir, cfg, split)
+    if key is None or not path.is_file():
+        return None
+    doc = read_json(path)
+    if doc.pop("key", None) != key:
+        return None
+    return doc

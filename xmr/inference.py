@@ -108,8 +108,45 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     write_gallery(run_dir, cfg, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
+    if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
+        from xmr.gallery_cache import write_set_statistics
+
+        write_set_statistics(run_dir, cfg, split, compute_set_statistics(model, cfg, data, feats, dev, img, cap))
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
+
+
+@torch.no_grad()
+def compute_set_statistics(model, cfg: dict, data, feats, device: torch.device, image_sets: torch.Tensor,
+                           text: torch.Tensor | None = None) -> dict[str, Any]:
+    """Set statistics of a trained model on a split, from the embeddings ``encode_split`` gave (``image_sets``
+    (N, K, D) of the split's first N images, ``text`` their captions' embeddings, for slot usage). The images are
+    encoded once more to read each batch's residuals and, for DVSE, the global term h_V(z) from its
+    ``image_outputs``."""
+    from xmr.evaluation.set_stats import SLOT_MEASURES, residual_key, set_statistics
+
+    model.eval()
+    n = image_sets.shape[0]
+    dataset, collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
+    loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)
+    res, g_norms, r_norms, batches = [], [], [], 0
+    for b in loader:
+        out = model.image_outputs(*model.image_local_features(*image_input(b, device)))
+        batches += 1
+        key = residual_key(out)
+        if key is not None:
+            res.append(out[key].float().cpu())
+        if out.get("image_global") is not None:
+            g_norms.append(out["image_global"].float().norm(dim=-1).cpu())
+            r_norms.append(out["image_residuals"].float().norm(dim=-1).flatten().cpu())
+    slots = cfg["eval"]["similarity"] in SLOT_MEASURES and text is not None
+    caption_image = [j for j in data.caption_image if j < n] if slots else None  # encode_split's captions
+    if slots and len(caption_image) != len(text):
+        raise XmrError(f"set statistics: {len(text)} caption embeddings for {len(caption_image)} captions")
+    return set_statistics(image_sets, text if slots else None, caption_image,
+                          torch.cat(res) if res and len(res) == batches else None,
+                          torch.cat(g_norms).mean().item() if g_norms else None,
+                          torch.cat(r_norms).mean().item() if r_norms else None)
 
 
 def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images: int | None = 5000,

@@ -17,9 +17,11 @@ from xmr.tracking import Tracker, metrics_to_flat
 
 def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
                  rerank_params: dict[str, float] | None = None, track: bool = True) -> dict[str, Any]:
-    """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``, and the
-    spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py)."""
+    """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``, the
+    spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py) and, for a set method, how
+    far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py)."""
     from xmr.evaluation import evaluate_sims
+    from xmr.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
     from xmr.run_config import load_saved_config  # imports the methods (their schemas): not at module level
 
@@ -66,6 +68,9 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
               "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id"),
               "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
               **{k: train_info.get(k) for k in TRAINING_KEYS}}
+    set_stats = read_set_statistics(run_dir, cfg, ds["test_split"])  # written by `xmr score` for set methods
+    if set_stats is not None:
+        result["set_statistics"] = set_stats
     if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):
         tracker = Tracker(True)
         with tracker.run(train_info["experiment"], cfg["name"], run_id=train_info["mlflow_run_id"]):
@@ -104,7 +109,7 @@ def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, 
     by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track) for r in reranks}
     first = by[reranks[0]]
     keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol",
-            "similarity_spread", *TRAINING_KEYS)
+            "similarity_spread", "set_statistics", *TRAINING_KEYS)
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 

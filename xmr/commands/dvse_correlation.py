@@ -19,6 +19,7 @@ def add_arguments(p):
 def run(args):
     import numpy as np
 
+    from xmr.evaluation.set_stats import mean_off_diagonal
     from xmr.io import atomic_path
     from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
 
@@ -30,6 +31,4 @@ def run(args):
         with atomic_path(args.npy, ".npy") as tmp:
             with open(tmp, "wb") as f:
                 np.save(f, m)
-    off = m[~np.eye(len(m), dtype=bool)]
-    print(f"wrote {args.out} (K = {len(m)}, mean off-diagonal correlation "
-          f"{off.mean() if off.size else float('nan'):.3f})")
+    print(f"wrote {args.out} (K = {len(m)}, mean off-diagonal correlation {mean_off_diagonal(m):.3f})")

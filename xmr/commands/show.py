@@ -2,7 +2,8 @@
 
 import json
 
-HELP = "print one or more results JSON files as a Markdown table (R@1/5/10 both directions, RSUM)"
+HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both directions, RSUM, how training "
+        "ended, the test similarities' std and, for set methods, the sub-embeddings' correlation)")
 
 
 def add_arguments(p):

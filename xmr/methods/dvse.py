@@ -18,6 +18,8 @@ Resolved ambiguities, each a config option (docs/methods/dvse.md has the reasoni
   ``loss.orthogonal.target``: ``residuals`` v̂ (Eq. 4, default) or the final ``embeddings`` v.
 - ``loss.sigma.detach`` (gradients through σ): true (default; σ is a weight) / false.
 - ``eval.similarity`` (K sub-embeddings -> one score): ``max`` (default, PVSE's MIL) / ``mean``.
+- ``model.layer_norm`` (where the LayerNorm sits): ``sum`` LN(h_V(z) + v̂) (default, the formula) / ``per_term``
+  LN(h_V(z)) + LN(v̂); ``model.residual_scale`` λ in LN(h_V(z) + λ v̂) (default 1).
 - ``loss.warmup_epochs`` (card A13): summed hinges over all negatives before this epoch, then the hardest
   negative; 0 (default, the paper) = hardest negatives from the start.
 
@@ -40,7 +42,7 @@ from xmr.losses.orthogonal import DC_MODES, dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.set_heads import ACTIVATIONS, POOLS, PIEImageHead, PIETextHead
+from xmr.models.set_heads import ACTIVATIONS, NORM_POSITIONS, POOLS, PIEImageHead, PIETextHead
 from xmr.similarity import set_similarity
 
 
@@ -87,6 +89,8 @@ class DVSEModel:
     text_pool: str
     text_attention_input: str
     dynamic_mask: dict
+    layer_norm: str
+    residual_scale: float
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,11 @@ class DVSE(RetrievalModel):
                                      "description": "attention MLP width; null = input width / 2 (PVSE)"},
                 "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid", "description": "activation s"},
                 "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
+                "layer_norm": {"enum": list(NORM_POSITIONS), "default": "sum",
+                               "description": "image side: sum = LN(h_V(z) + v̂) (the paper's formula); "
+                                              "per_term = LN(h_V(z)) + LN(v̂), neither term outweighs the other"},
+                "residual_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
+                                   "description": "image side: λ in LN(h_V(z) + λ v̂) (paper: 1)"},
                 "image_pool": {"enum": ["mean", "max"], "default": "mean", "description": "h_V before its FC"},
                 "text_pool": {"enum": list(POOLS), "default": "mean", "description": "h_T over the text outputs"},
                 "text_attention_input": {"enum": ["hidden", "words"], "default": "hidden",
@@ -173,7 +182,8 @@ class DVSE(RetrievalModel):
                            f"drop_terms; masked sub-embeddings are left out of a max only: set eval.similarity: max")
         if m.attention:
             self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m.attention_hidden,
-                                           m.activation, m.dropout, m.image_pool)
+                                           m.activation, m.dropout, m.image_pool, m.layer_norm,
+                                           m.residual_scale)
         else:  # w/o SE, "global only" reading: LN(h_V(z))
             self.image_global = nn.Linear(image_dim, self.embed_dim)
             self.image_norm = nn.LayerNorm(self.embed_dim)
@@ -227,7 +237,7 @@ class DVSE(RetrievalModel):
             first = mask.argmax(dim=1)
             fill = emb[torch.arange(emb.shape[0], device=emb.device), first][:, None, :]
             emb = torch.where(mask[..., None].bool(), emb, fill)
-        return {"img": emb, "image_residuals": out["residuals"], "mask": mask}
+        return {"img": emb, "image_residuals": out["residuals"], "mask": mask, "image_global": out["global"]}
 
     def encode_image(self, feats, num_regions):
         return self.image_outputs(feats, num_regions)["img"]

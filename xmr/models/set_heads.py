@@ -7,6 +7,10 @@ For one sample with local features ``z`` (R, F) and a global embedding ``g`` (D)
     v̂_k    = dropout( s(W u_k + b) )                (K, D)   s = sigmoid in PVSE ("activation s" in DVSE)
     v_k    = LN( g + m_k · v̂_k )                    (K, D)   m = optional per-slot gate (DVSE's dynamic mask)
 
+``norm: per_term`` normalises the two terms apart instead, v_k = LN_g(g) + m_k · LN_r(λ v̂_k), and
+``residual_scale`` λ scales v̂ before the sum (DVSE readings: where the LayerNorm sits, how the residual is scaled;
+docs/methods/dvse.md).
+
 The caller L2-normalises ``v``. ``v̂`` (the *residuals*) are returned too: PVSE's diversity loss and DVSE's
 orthogonal constraint act on them. :func:`text_global_and_local` picks what a text encoder contributes.
 """
@@ -21,6 +25,8 @@ from xmr.errors import XmrError
 from xmr.models.pooling import length_mask, max_pool, mean_pool
 
 ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu, "tanh": torch.tanh}
+#: where PIE-Net's LayerNorm sits: ``sum`` LN(g + v̂) (PVSE, DVSE's formula), ``per_term`` LN(g) + LN(v̂)
+NORM_POSITIONS = ("sum", "per_term")
 
 
 def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -62,10 +68,14 @@ class PIENet(nn.Module):
     ``attention`` (B, K, R)."""
 
     def __init__(self, num_embeds: int, in_dim: int, embed_dim: int, hidden_dim: int | None = None,
-                 activation: str = "sigmoid", dropout: float = 0.0, layer_norm: bool = True) -> None:
+                 activation: str = "sigmoid", dropout: float = 0.0, layer_norm: bool = True, norm: str = "sum",
+                 residual_scale: float = 1.0) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise XmrError(f"model.activation: {activation!r} is not one of {', '.join(ACTIVATIONS)}")
+        if norm not in NORM_POSITIONS:
+            raise XmrError(f"model.layer_norm: {norm!r} is not one of {', '.join(NORM_POSITIONS)}")
+        self.norm, self.residual_scale = norm, residual_scale
         self.num_embeds = num_embeds
         self.attention = MultiHeadSelfAttention(num_embeds, in_dim, hidden_dim or max(1, in_dim // 2))
         self.fc = nn.Linear(in_dim, embed_dim)
@@ -74,13 +84,21 @@ class PIENet(nn.Module):
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
         self.layer_norm = nn.LayerNorm(embed_dim) if layer_norm else nn.Identity()
+        if norm == "per_term":  # a second LayerNorm for the residuals; the first one then normalises g alone
+            self.residual_norm = nn.LayerNorm(embed_dim)
 
     def forward(self, global_feat: torch.Tensor, local: torch.Tensor, lengths: torch.Tensor,
                 gate: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         pooled, attn = self.attention(local, lengths)
         residuals = self.dropout(self.activation(self.fc(pooled)))  # (B, K, D)
-        gated = residuals if gate is None else residuals * gate[..., None].to(residuals.dtype)
-        out = self.layer_norm(global_feat[:, None, :] + gated)
+        term = residuals * self.residual_scale if self.residual_scale != 1.0 else residuals
+        if self.norm == "per_term":
+            term = self.residual_norm(term)
+        gated = term if gate is None else term * gate[..., None].to(residuals.dtype)
+        if self.norm == "per_term":
+            out = self.layer_norm(global_feat)[:, None, :] + gated
+        else:
+            out = self.layer_norm(global_feat[:, None, :] + gated)
         return {"embeddings": out, "residuals": residuals, "attention": attn}
 
 
@@ -123,7 +141,8 @@ class PIEImageHead(nn.Module):
     ``embeddings`` normalised and ``global`` g added."""
 
     def __init__(self, in_dim: int, embed_dim: int, num_embeds: int, hidden_dim: int | None = None,
-                 activation: str = "sigmoid", dropout: float = 0.0, pool: str = "mean") -> None:
+                 activation: str = "sigmoid", dropout: float = 0.0, pool: str = "mean", norm: str = "sum",
+                 residual_scale: float = 1.0) -> None:
         super().__init__()
         if pool not in ("mean", "max"):
             raise XmrError(f"model.image_pool: {pool!r} is not one of mean, max")
@@ -132,7 +151,8 @@ class PIEImageHead(nn.Module):
         nn.init.xavier_uniform_(self.global_fc.weight)
         nn.init.zeros_(self.global_fc.bias)
         self.dropout = nn.Dropout(dropout)
-        self.pie = PIENet(num_embeds, in_dim, embed_dim, hidden_dim, activation, dropout)
+        self.pie = PIENet(num_embeds, in_dim, embed_dim, hidden_dim, activation, dropout, norm=norm,
+                          residual_scale=residual_scale)
 
     def forward(self, feats: torch.Tensor, num_regions: torch.Tensor,
                 gate: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
@@ -164,5 +184,5 @@ class PIETextHead(nn.Module):
         return out
 
 
-__all__ = ["MultiHeadSelfAttention", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "final_states_pool", "last_pool",
+__all__ = ["MultiHeadSelfAttention", "NORM_POSITIONS", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "final_states_pool", "last_pool",
            "text_global_and_local", "text_local_dim"]

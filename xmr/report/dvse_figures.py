@@ -15,7 +15,6 @@ import torch
 from xmr.errors import XmrError
 
 KINDS = ("embeddings", "residuals")
-MEASURES = ("cosine", "pearson")
 
 
 def _set_vectors(model, feats: torch.Tensor, num_regions: torch.Tensor, kind: str) -> torch.Tensor:
@@ -44,14 +43,13 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     """
     from torch.utils.data import DataLoader
 
+    from xmr.evaluation.set_stats import correlation_sums
     from xmr.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference import load_trained
     from xmr.utils import resolve_device
 
     if kind not in KINDS:
         raise XmrError(f"kind {kind!r}: choose one of {', '.join(KINDS)}")
-    if measure not in MEASURES:
-        raise XmrError(f"measure {measure!r}: choose one of {', '.join(MEASURES)}")
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
@@ -62,14 +60,9 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     total, count = None, 0
     for b in loader:
         feats, nr = model.image_local_features(*image_input(b, dev))
-        x = _set_vectors(model, feats, nr, kind).double()
-        if measure == "pearson":
-            x = x - x.mean(dim=-1, keepdim=True)
-        x = torch.nn.functional.normalize(x, dim=-1)
-        corr = x @ x.transpose(1, 2)  # (B, K, K)
-        if absolute:
-            corr = corr.abs()
-        total = corr.sum(0) if total is None else total + corr.sum(0)
+        x = _set_vectors(model, feats, nr, kind)
+        corr = correlation_sums(x, measure, absolute)  # the library's measure (xmr/evaluation/set_stats.py)
+        total = corr if total is None else total + corr
         count += x.shape[0]
     if not count:
         raise XmrError(f"split {split!r} of {cfg['dataset']} has no images")

@@ -17,8 +17,9 @@ from xmr.layout import RUNS_ROOT, RunKey
 from xmr.io import read_json
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
-# `xmr show` (the demo's table): also how training ended (epochs, plateau / cap) and the test matrix's spread
-COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM", "epochs", "ended by", "test sim. std"]
+# `xmr show` (the demo's table): also how training ended (epochs, plateau / cap), the test matrix's spread and, for
+# set methods, the mean off-diagonal cosine of an image's sub-embeddings on the test split (DVSE Fig. 6's measure)
+COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM", "epochs", "ended by", "test sim. std", "set corr."]
 # summary.md (the README table): what was trained, how well, and how long it took
 SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min)"]
 
@@ -80,12 +81,18 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
                          "rerank": rerank, "protocol": name, **metric_row(protocols.get(name, r)),
                          "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                          "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
-                         "test sim. std": _std_text(r.get("similarity_spread"))})
+                         "test sim. std": _std_text(r.get("similarity_spread")),
+                         "set corr.": _set_text(r.get("set_statistics"))})
     return rows
 
 
 def _std_text(spread: dict | None) -> str | None:
     return None if not spread else f"{spread['std']:.4f}"
+
+
+def _set_text(stats: dict | None) -> str | None:
+    """The set's correlation for a set method's results (None: a single-embedding method, or an older file)."""
+    return None if not stats or stats.get("correlation") is None else f"{stats['correlation']:.3f}"
 
 
 def fmt(v: Any, digits: int = 1) -> str:

@@ -1,0 +1,102 @@
+"""Set statistics (xmr/evaluation/set_stats.py): correlation of an image's sub-embeddings and slot usage, worked by
+hand on tiny tensors; a DVSE run's results file carries them through `xmr score` + `xmr test`."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from xmr.evaluation.set_stats import correlation_matrix, mean_off_diagonal, set_statistics, slot_usage
+
+
+def test_correlation_matrix_by_hand():
+    # image 0: orthogonal slots (cos 0); image 1: slots at 45° (cos 1/√2); norms must not matter
+    x = torch.tensor([[[2.0, 0.0], [0.0, 3.0]], [[1.0, 0.0], [5.0, 5.0]]])
+    m = correlation_matrix(x)
+    c = 1 / math.sqrt(2)
+    assert m == pytest.approx(np.array([[1.0, c / 2], [c / 2, 1.0]]))
+    assert mean_off_diagonal(m) == pytest.approx(c / 2)
+    # Pearson centres over D first: (1, 2, 3) and (3, 2, 1) have cosine 10/14 but correlation -1
+    y = torch.tensor([[[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]])
+    assert mean_off_diagonal(correlation_matrix(y)) == pytest.approx(10 / 14)
+    assert mean_off_diagonal(correlation_matrix(y, "pearson")) == pytest.approx(-1.0)
+    assert mean_off_diagonal(correlation_matrix(y, "pearson", absolute=True)) == pytest.approx(1.0)
+    assert math.isnan(mean_off_diagonal(np.ones((1, 1))))  # K = 1: no pair
+
+
+def test_slot_usage_by_hand():
+    e1, e2 = [1.0, 0.0], [0.0, 1.0]
+    sets = torch.tensor([[e1, e2], [e1, e2]])  # two images, K = 2
+    # captions of image 0 lean to slot 0, then slot 1; both captions of image 1 lean to slot 0
+    text = torch.tensor([[1.0, 0.1], [0.1, 1.0], [1.0, 0.0], [0.9, 0.1]])
+    u = slot_usage(sets, text, [0, 0, 1, 1])
+    assert u["counts"] == [3, 1] and u["frequency"] == pytest.approx([0.75, 0.25])
+    h = -(0.75 * math.log2(0.75) + 0.25 * math.log2(0.25))  # 0.8113 bits
+    assert u["entropy_bits"] == pytest.approx(h) and u["entropy_normalised"] == pytest.approx(h / 1.0)
+    # a caption set (M, L, D): the slot of the best (k, l) pair; all on slot 1 -> entropy 0
+    tset = torch.tensor([[[0.0, 1.0], [0.5, 0.5]], [[0.2, 1.0], [1.0, 1.0]]])
+    u = slot_usage(sets, tset, [0, 1])
+    assert u["counts"] == [0, 2] and u["entropy_bits"] == 0.0 and u["entropy_normalised"] == 0.0
+    # uniform over K = 4 slots: 2 bits, normalised 1
+    sets4 = torch.eye(4)[None].repeat(4, 1, 1)
+    u = slot_usage(sets4, torch.eye(4), [0, 1, 2, 3])
+    assert u["counts"] == [1, 1, 1, 1] and u["entropy_bits"] == pytest.approx(2.0)
+    assert u["entropy_normalised"] == pytest.approx(1.0)
+    # tied slots (DVSE's gated-off slots are the same vector): the first one wins
+    tied = torch.tensor([[e2, e1, e1]])
+    assert slot_usage(tied, torch.tensor([[1.0, 0.0]]), [0])["counts"] == [0, 1, 0]
+
+
+def test_set_statistics_record():
+    emb = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    res = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    s = set_statistics(emb, torch.tensor([[1.0, 0.0]]), [0], res, global_norm=2.5, residual_norm=0.5)
+    assert s["k"] == 2 and s["correlation"] == pytest.approx(1 / math.sqrt(2))
+    assert s["residual_correlation"] == pytest.approx(0.0)
+    assert s["slot_usage"]["counts"] == [1, 0]
+    assert s["global_norm"] == 2.5 and s["residual_norm"] == 0.5
+    assert json.loads(json.dumps(s)) == s  # a results file stores it as is
+
+
+def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
+    """`xmr train`, `xmr score`, `xmr test` (the demo's chain): the results file carries the set statistics of the
+    test split, equal to what the library computes from the model's own sub-embeddings."""
+    from tests.conftest import run_xmr
+    from xmr.inference import encode_split, load_trained
+    from xmr.loaders import ImageDataset, collate_images, load_split_with_features
+
+    recipe = tiny_synth.recipe("dvse", name="dvse_sets", model={"num_embeds": 3},
+                                    text={"word_vectors": None, "word_dim": 16})
+    run = tmp_path / "run"
+    run_xmr("train", "--config", recipe, "--out-dir", run, "--no-progress", check=True)
+    run_xmr("score", "--run", run, "--out", tmp_path / "s.npy", "--no-progress", check=True)
+    run_xmr("test", "--run", run, "--sims", tmp_path / "s.npy", "--out", tmp_path / "r.json", "--no-tracking",
+            check=True)
+    got = json.loads((tmp_path / "r.json").read_text())["set_statistics"]
+
+    model, cfg = load_trained(run)
+    data, feats = load_split_with_features(cfg, "test")
+    img, cap = encode_split(model, cfg, data, feats, torch.device("cpu"))
+    b = collate_images([ImageDataset(feats, list(range(data.num_images)))[i] for i in range(data.num_images)])
+    with torch.no_grad():
+        out = model.image_head(b["feats"], b["num_regions"], model.dynamic_mask(b["feats"], b["num_regions"]))
+    assert got["k"] == 3 and got["split"] == "test"
+    # by loops: each image's 3 x 3 cosines, off-diagonal mean, averaged over images
+    e = torch.nn.functional.normalize(img.double(), dim=-1)
+    want = np.mean([[float(e[i, a] @ e[i, c]) for a in range(3) for c in range(3) if a != c]
+                    for i in range(len(e))])
+    assert got["correlation"] == pytest.approx(want, abs=1e-6)
+    r = torch.nn.functional.normalize(out["residuals"].double(), dim=-1)
+    want_r = np.mean([[float(r[i, a] @ r[i, c]) for a in range(3) for c in range(3) if a != c] for i in range(len(r))])
+    assert got["residual_correlation"] == pytest.approx(want_r, abs=1e-6)
+    assert got["global_norm"] == pytest.approx(out["global"].norm(dim=-1).mean().item(), rel=1e-5)
+    assert got["residual_norm"] == pytest.approx(out["residuals"].norm(dim=-1).mean().item(), rel=1e-5)
+    # slot usage over the positive pairs: the slot with the highest cosine with each caption
+    # (the first of slots tied within 1e-9: gated-off slots are all LN(h_V(z)))
+    winners = []
+    for j in range(len(cap)):
+        c = (e[data.caption_image[j]] @ torch.nn.functional.normalize(cap[j].double(), dim=0)).tolist()
+        winners.append(next(k for k in range(3) if c[k] >= max(c) - 1e-9))
+    assert got["slot_usage"]["counts"] == [winners.count(k) for k in range(3)]
