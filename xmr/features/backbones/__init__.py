@@ -7,11 +7,14 @@ downloaded at run time.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Callable
 
 import torch
 from torch import nn
 
+from xmr.errors import XmrError
 from xmr.registry import Registry, import_submodules
 
 BACKBONES: Registry[Callable[[dict], "Backbone"]] = Registry("backbone")
@@ -34,6 +37,28 @@ class Backbone(nn.Module):
 
     def forward(self, images: torch.Tensor, boxes: list[torch.Tensor] | None = None):
         raise NotImplementedError
+
+
+def read_weights(weights: str | os.PathLike, name: str, where_to_get: str) -> dict[str, torch.Tensor]:
+    """A backbone's local weights file as a state dict (unwrapped from a ``state_dict``/``model`` container and
+    DataParallel's ``module.`` prefix); a missing or unreadable file is one line naming it and ``where_to_get``."""
+    path = Path(weights)
+    if not path.is_file():
+        raise XmrError(f"backbone {name}: weights file {path} not found; {where_to_get} and set "
+                       f"backbones.<key>.weights to its path")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - pickle errors, truncated downloads: one line naming the file
+        raise XmrError(f"backbone {name}: cannot load weights {path} ({type(e).__name__}: {e}); re-download it, "
+                       f"or convert it to a plain state_dict") from None
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict):
+        raise XmrError(f"backbone {name}: {path} does not hold a state_dict")
+    if state and all(k.startswith("module.") for k in state):  # saved from DataParallel/DDP
+        state = {k[len("module."):]: v for k, v in state.items()}
+    return state
 
 
 def grid_to_regions(fmap: torch.Tensor) -> torch.Tensor:

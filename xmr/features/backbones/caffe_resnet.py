@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from xmr.errors import XmrError
-from xmr.features.backbones import BACKBONES, TRUNK_INDEX, Backbone, grid_to_regions
+from xmr.features.backbones import BACKBONES, TRUNK_INDEX, Backbone, grid_to_regions, read_weights
 from xmr.io import sha256_file
 
 #: blocks per stage
@@ -101,16 +101,7 @@ class CaffeResNetGrid(Backbone):
         weights = cfg.get("weights")
         if weights:
             path = Path(weights)
-            if not path.is_file():
-                raise XmrError(f"backbone {self.name}: weights file {path} not found; download VSE∞'s "
-                               f"original_updown_backbone.pth (its README) and set backbones.<key>.weights to it")
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:  # noqa: BLE001 - pickle errors, truncated downloads: one line naming the file
-                raise XmrError(f"backbone {self.name}: cannot load weights {path} ({type(e).__name__}); "
-                               f"re-download it") from None
-            if not isinstance(state, dict):
-                raise XmrError(f"backbone {self.name}: {path} does not hold a state dict")
+            state = read_weights(path, self.name, "download VSE∞'s original_updown_backbone.pth (its README)")
             missing, unexpected = self.trunk.load_state_dict(trunk_state(state, path), strict=False)
             missing = [k for k in missing if not k.endswith("num_batches_tracked")]  # older files lack it
             if missing or unexpected:

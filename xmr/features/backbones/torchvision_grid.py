@@ -11,32 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from xmr.errors import XmrError
-from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions
+from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions, read_weights
 from xmr.io import sha256_file
 
 #: torchvision architectures with the conv1/bn1/layer1..layer4 trunk that these backbones cut at C4/C5.
 RESNET_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",
                 "resnext101_32x8d", "resnext101_64x4d")
-
-
-def _read_state_dict(path: Path, arch: str) -> dict[str, torch.Tensor]:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors, truncated downloads: say which file
-        raise XmrError(f"backbone {arch}: cannot load weights {path} ({type(e).__name__}: {e}); re-download "
-                       f"it, or convert it to a plain state_dict") from None
-    for key in ("state_dict", "model"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-    if not isinstance(state, dict):
-        raise XmrError(f"backbone {arch}: {path} does not hold a state_dict")
-    if state and all(k.startswith("module.") for k in state):  # saved from DataParallel/DDP
-        state = {k[len("module."):]: v for k, v in state.items()}
-    return state
 
 
 def torchvision_resnet(arch: str, cfg: dict) -> tuple[nn.Module, str]:
@@ -51,10 +34,7 @@ def torchvision_resnet(arch: str, cfg: dict) -> tuple[nn.Module, str]:
     digest = "random-init"
     if weights:
         path = Path(weights)
-        if not path.exists():
-            raise XmrError(f"backbone {arch}: weights file {path} not found; download the torchvision/timm "
-                           f"checkpoint on a connected machine and set backbones.<name>.weights to its path")
-        state = _read_state_dict(path, arch)
+        state = read_weights(path, arch, "download the torchvision/timm checkpoint on a connected machine")
         missing, _unexpected = net.load_state_dict(state, strict=False)
         bad = [k for k in missing if not k.startswith("fc.")]
         if bad:

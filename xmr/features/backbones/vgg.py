@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from xmr.errors import XmrError
-from xmr.features.backbones import BACKBONES, Backbone
+from xmr.features.backbones import BACKBONES, Backbone, read_weights
 from xmr.io import sha256_file
 
 
@@ -34,14 +33,7 @@ class VGG19FC7(Backbone):
         weights = cfg.get("weights")
         if weights:
             path = Path(weights)
-            if not path.exists():
-                raise XmrError(f"backbone vgg19: weights file {path} not found; download torchvision's "
-                               f"vgg19-dcbb9e9d.pth on a connected machine and set backbones.<name>.weights to it")
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:  # noqa: BLE001 - a truncated download: one line naming the file
-                raise XmrError(f"backbone vgg19: cannot load weights {path} ({type(e).__name__}); re-download it") \
-                    from None
+            state = read_weights(path, "vgg19", "download torchvision's vgg19-dcbb9e9d.pth on a connected machine")
             missing, _ = net.load_state_dict(state, strict=False)
             bad = [k for k in missing if not k.startswith("classifier.6.")]
             if bad:
