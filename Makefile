@@ -8,6 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
+TEST_WORKERS ?= 2
 DEMO_TARGET ?= results/synth/dvse.json results/synth/dvse_fr.json
 # the Snakemake targets `make sync` marks up to date; default: those of the dvc.lock stages that are present
 DVC_TARGETS ?=
@@ -31,8 +32,10 @@ demo: venv
 	$(BIN)/xmr show $(DEMO_TARGET) && \
 	echo "demo finished in $$(( $$(date +%s) - start )) s"
 
+# two pytest-xdist workers, one file each at a time (module fixtures built once); tests/conftest.py gives each
+# worker one torch thread so that the two never oversubscribe the cores
 test: venv
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The seeded benchmark on synth (docs/benchmark.md), then the README sections generated from it and from the demo
 benchmark: venv
@@ -42,7 +45,7 @@ benchmark: venv
 # the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
 # concurrency, Snakemake kills); `make test` runs them all, as CI does
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 repro: venv
 	$(BIN)/dvc repro

@@ -14,6 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest-xdist workers on two cores: torch's default one thread per core in each worker
+    # (and in the commands it starts) would oversubscribe them, and OpenMP's spin-waits make that many times slower
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+
 REPO = Path(__file__).resolve().parents[1]
 #: scikit-learn's two sample photos (china.jpg, flower.jpg: 640 x 427 JPEGs), real files to decode
 SAMPLE_PHOTOS = Path(importlib.util.find_spec("sklearn").origin).parent / "datasets" / "images"  # no import
