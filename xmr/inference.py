@@ -217,8 +217,8 @@ def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
 class Model:
     """A trained retrieval model for inference (eval mode, no optimizer): see :func:`xmr.load`.
 
-    Arrays: every method returns float32 NumPy arrays on the CPU (embeddings, scores, indices are int64) and takes
-    NumPy arrays or torch tensors (on any device) as input."""
+    Arrays: every method returns NumPy arrays on the CPU (embeddings and scores float32, ``search``'s indices int64)
+    and takes NumPy arrays or torch tensors (on any device, cast to float32) as input."""
 
     def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None,
                  checkpoint: Path | None = None) -> None:
