@@ -59,10 +59,10 @@ def test_encode_image_inputs_agree(runs, tiny_synth):
     from_rows = m.encode_image(features=h5, rows=rows)
     arr = np.stack([np.asarray(ff[i], dtype=np.float32) for i in rows])
     from_array = m.encode_image(arr, num_regions=ff.num_regions[rows])
-    np.testing.assert_allclose(from_array.numpy(), from_rows.numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(from_array, from_rows, rtol=0, atol=1e-6)
     test = load_split(m.cfg["dataset_cfg"], "test")
     from_files = m.encode_image([test.image_paths[i] for i in rows])  # extracted as `xmr extract` does
-    np.testing.assert_allclose(from_files.numpy(), from_rows.numpy(), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(from_files, from_rows, rtol=0, atol=1e-4)
 
 
 def test_search_ranks_by_similarity(runs):
@@ -148,3 +148,72 @@ def test_end_to_end_run_encodes_image_files_through_its_own_backbone(tiny_synth,
     test = load_split(m.cfg["dataset_cfg"], "test")
     sims = m.similarity(m.encode_image(test.image_paths), m.encode_text(test.captions))
     np.testing.assert_allclose(sims, expected, rtol=0, atol=1e-5)
+
+
+def _float32_array(x, shape: tuple[int, ...]) -> None:
+    assert type(x) is np.ndarray, type(x)  # not a torch.Tensor, not an ndarray subclass
+    assert x.dtype == np.float32 and x.shape == shape, (x.dtype, x.shape)
+
+
+def test_numpy_out_numpy_or_torch_in(tiny_synth_run, tiny_synth):
+    """docs/inference.md "Array types": every public method returns float32 NumPy arrays of the documented shapes
+    and takes NumPy arrays or torch tensors; written as the README's snippet is (the tiny DVSE run: 12 test images,
+    5 captions each, K sub-embeddings per image, one embedding per caption)."""
+    from xmr.features.store import FeatureFile
+    from xmr.layout import gallery_cache_file
+
+    m = xmr.load(tiny_synth_run, device="cpu")
+    d, k = m.cfg["model"]["embed_dim"], m.cfg["model"]["num_embeds"]
+    assert (d, k) == (32, 6)  # the tiny recipe's embed_dim, DVSE's default K: a set method, (B, K, D) images
+    test = load_split(m.cfg["dataset_cfg"], "test")
+    h5 = tiny_synth.features_dir / "synth" / "efficientnet_lite0" / "test.h5"
+
+    txt = m.encode_text(["a red circle left of a square", "a blue triangle", "a green square"])
+    _float32_array(txt, (3, d))
+    rows = [3, 0, 7]
+    from_files = m.encode_image([test.image_paths[i] for i in rows])
+    _float32_array(from_files, (3, k, d))
+    from_rows = m.encode_image(features=h5, rows=rows)
+    _float32_array(from_rows, (3, k, d))
+    ff = FeatureFile(h5)
+    feats = np.stack([np.asarray(ff[i], dtype=np.float32) for i in rows])
+    from_array = m.encode_image(feats, num_regions=ff.num_regions[rows])
+    _float32_array(from_array, (3, k, d))
+    from_tensor = m.encode_image(torch.from_numpy(feats), num_regions=torch.as_tensor(ff.num_regions[rows]))
+    _float32_array(from_tensor, (3, k, d))
+    np.testing.assert_array_equal(from_tensor, from_array)  # the same computation whatever the input type
+
+    gallery_cache_file(tiny_synth_run, "test").unlink(missing_ok=True)
+    for source in ("computed", "cached"):  # the first call encodes the split and caches it, the second reads it
+        g = m.encode_split("test")
+        _float32_array(g["image_emb"], (12, k, d))
+        _float32_array(g["text_emb"], (60, d))
+        assert gallery_cache_file(tiny_synth_run, "test").is_file(), source
+        if source == "computed":
+            computed = g
+    np.testing.assert_array_equal(g["image_emb"], computed["image_emb"])
+    np.testing.assert_array_equal(g["text_emb"], computed["text_emb"])
+
+    sims = m.similarity(g["image_emb"], g["text_emb"])
+    _float32_array(sims, (12, 60))
+    np.testing.assert_array_equal(m.similarity(torch.from_numpy(g["image_emb"]), torch.from_numpy(g["text_emb"])),
+                                  sims)
+    # text queries (-> images), as strings and as embeddings (NumPy or torch): (Q, k) int64 indices, float32 scores
+    idx, scores = m.search(["a red circle left of a square", "a blue triangle"], g["image_emb"], k=5)
+    assert type(idx) is np.ndarray and idx.dtype == np.int64 and idx.shape == (2, 5)
+    _float32_array(scores, (2, 5))
+    # (another batch shape may round the last bit differently: 1e-6)
+    np.testing.assert_allclose(scores, np.take_along_axis(m.similarity(g["image_emb"], txt[:2]).T, idx, 1),
+                               rtol=0, atol=1e-6)
+    by_array = m.search(g["text_emb"][:4], g["image_emb"], k=5, queries_are="text")
+    by_tensor = m.search(torch.from_numpy(g["text_emb"][:4]), torch.from_numpy(g["image_emb"]), k=5,
+                         queries_are="text")
+    _float32_array(by_array[1], (4, 5))
+    np.testing.assert_array_equal(by_tensor[0], by_array[0])
+    np.testing.assert_array_equal(by_tensor[1], by_array[1])
+    np.testing.assert_allclose(by_array[1], np.sort(sims[:, :4].T, axis=1)[:, ::-1][:, :5], rtol=0, atol=1e-6)
+    # image queries (-> captions)
+    idx, scores = m.search(g["image_emb"][:2], g["text_emb"], k=5, queries_are="image")
+    assert idx.dtype == np.int64 and idx.shape == (2, 5)
+    _float32_array(scores, (2, 5))
+    np.testing.assert_allclose(scores, np.sort(sims[:2], axis=1)[:, ::-1][:, :5], rtol=0, atol=1e-6)

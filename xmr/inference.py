@@ -9,6 +9,9 @@ trainer.
     txt = m.encode_text(["a red circle left of a square"])
     img = m.encode_image(["data/synth/images/000001.png"])   # image files, through the configured backbone
     scores = m.similarity(img, txt)          # the method's own measure (set-based ones included)
+
+The public ``Model`` speaks NumPy: every method returns float32 ``np.ndarray``s on the CPU and takes NumPy arrays
+or torch tensors. Everything else here (``encode_split`` the function, ``score_split``, the trainer's use) is torch.
 """
 
 from __future__ import annotations
@@ -173,6 +176,17 @@ def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images
 
 # -- the public API -----------------------------------------------------------------------------------------------
 
+def _as_tensor(x: Any, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A user's array or tensor (any device) as a ``dtype`` tensor on ``device``: the public API takes both."""
+    t = x.detach() if torch.is_tensor(x) else torch.as_tensor(np.asarray(x))
+    return t.to(device=device, dtype=dtype)
+
+
+def _as_array(x: torch.Tensor) -> np.ndarray:
+    """What the public API returns: a float32 NumPy array on the CPU."""
+    return x.detach().float().cpu().numpy()
+
+
 def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
     """``(run_dir, checkpoint)`` of a run directory, a checkpoint file inside one, or an MLflow run id (its
     ``best_checkpoint`` tag, set by the trainer; the store is ``$MLFLOW_TRACKING_URI`` or ``sqlite:///mlflow.db``)."""
@@ -201,7 +215,10 @@ def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
 
 
 class Model:
-    """A trained retrieval model for inference (eval mode, no optimizer): see :func:`xmr.load`."""
+    """A trained retrieval model for inference (eval mode, no optimizer): see :func:`xmr.load`.
+
+    Arrays: every method returns NumPy arrays on the CPU (embeddings and scores float32, ``search``'s indices int64)
+    and takes NumPy arrays or torch tensors (on any device, cast to float32) as input."""
 
     def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None,
                  checkpoint: Path | None = None) -> None:
@@ -215,8 +232,8 @@ class Model:
 
     # -- encoders -----------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_text(self, texts: Sequence[str]) -> torch.Tensor:
-        """Embeddings of free-text captions ((B, D), or (B, K, D) for set-based methods), on the CPU."""
+    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings of free-text captions: float32 (B, D), or (B, K, D) for set-based methods."""
         from xmr.data.karpathy import tokenize_for
 
         if isinstance(texts, str):
@@ -230,15 +247,15 @@ class Model:
             chunk = list(texts[s:s + self.batch_size])
             batch = self.model.text.collate(chunk, [tokenize_for(t, vocab) for t in chunk], None, None)
             out.append(self.model.encode_text(_to(batch, self.device)).float().cpu())
-        return torch.cat(out)
+        return _as_array(torch.cat(out))
 
     @torch.no_grad()
     def encode_image(self, images: Any = None, num_regions: Any = None, *, features: str | os.PathLike | None = None,
-                     rows: Sequence[int] | None = None) -> torch.Tensor:
-        """Image embeddings, on the CPU, from one of:
+                     rows: Sequence[int] | None = None) -> np.ndarray:
+        """Image embeddings, float32 (B, D) or (B, K, D) for set-based methods, from one of:
 
-        - ``images``: precomputed features, an array (B, R, F) (``num_regions``: (B,) valid rows, default all)
-          or (B, F);
+        - ``images``: precomputed features, a NumPy array or torch tensor (B, R, F) (``num_regions``: (B,) valid
+          rows, default all) or (B, F);
         - ``features`` (+ ``rows``, default all): rows of a feature file written by ``xmr extract``;
         - ``images``: a list of image file paths, run through the configured backbone (the end-to-end model's
           own, or the run's ``backbone_cfg`` exactly as ``xmr extract`` runs it).
@@ -248,25 +265,25 @@ class Model:
 
             ff = FeatureFile(features)
             idx = list(range(len(ff.image_ids))) if rows is None else [int(r) for r in rows]
-            return self._encode_feature_rows(ff, idx)
+            return _as_array(self._encode_feature_rows(ff, idx))
         if isinstance(images, (str, os.PathLike)):
             images = [images]
         if isinstance(images, (list, tuple)) and images and isinstance(images[0], (str, os.PathLike)):
-            return self._encode_files([Path(p) for p in images])
+            return _as_array(self._encode_files([Path(p) for p in images]))
         if images is None:
             raise XmrError("encode_image: pass features (array or feature file) or image file paths")
-        x = torch.as_tensor(np.asarray(images), dtype=torch.float32)
+        x = _as_tensor(images, torch.device("cpu"))
         if x.ndim == 2:
             x = x.unsqueeze(1)
         if x.ndim != 3:
             raise XmrError(f"encode_image: features must be (B, R, F) or (B, F), got shape {tuple(x.shape)}")
         nr = (torch.full((len(x),), x.shape[1], dtype=torch.long) if num_regions is None
-              else torch.as_tensor(np.asarray(num_regions), dtype=torch.long))
+              else _as_tensor(num_regions, torch.device("cpu"), torch.long))
         out = []
         for s in range(0, len(x), self.batch_size):
             sl = slice(s, s + self.batch_size)
             out.append(self.model.encode_image(x[sl].to(self.device), nr[sl].to(self.device)).float().cpu())
-        return torch.cat(out)
+        return _as_array(torch.cat(out))
 
     def _encode_feature_rows(self, ff, idx: list[int]) -> torch.Tensor:
         dataset, collate = image_loader_parts(ff, idx, self.cfg["features"]["max_regions"])
@@ -306,16 +323,17 @@ class Model:
 
     # -- scoring ------------------------------------------------------------------------------------------------
     @torch.no_grad()
-    def similarity(self, image_emb: torch.Tensor, text_emb: torch.Tensor) -> np.ndarray:
-        """(N images, M texts) scores under the method's own evaluation measure (as ``xmr score`` computes them)."""
-        img = torch.as_tensor(image_emb).to(self.device)
-        txt = torch.as_tensor(text_emb).to(self.device)
-        return self.model.similarity_matrix(img, txt).float().cpu().numpy()
+    def similarity(self, image_emb: np.ndarray | torch.Tensor, text_emb: np.ndarray | torch.Tensor) -> np.ndarray:
+        """(N images, M texts) float32 scores under the method's own evaluation measure (as ``xmr score`` computes
+        them); the embeddings as :meth:`encode_image` / :meth:`encode_text` give them, NumPy or torch."""
+        img, txt = _as_tensor(image_emb, self.device), _as_tensor(text_emb, self.device)
+        return _as_array(self.model.similarity_matrix(img, txt))
 
-    def search(self, queries: Sequence[str] | torch.Tensor, gallery: torch.Tensor, k: int = 5,
-               rerank: str | None = None, queries_are: str | None = None,
-               rerank_params: dict | None = None, reference: torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` gallery items per query: ``(indices (Q, k), scores (Q, k))``, best first.
+    def search(self, queries: Sequence[str] | np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor,
+               k: int = 5, rerank: str | None = None, queries_are: str | None = None,
+               rerank_params: dict | None = None,
+               reference: np.ndarray | torch.Tensor | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` gallery items per query: ``(indices (Q, k) int64, scores (Q, k) float32)``, best first.
 
         ``queries``: caption strings (searched over a gallery of image embeddings), or embeddings from
         :meth:`encode_text` / :meth:`encode_image` with ``queries_are`` ``"text"`` or ``"image"`` (the gallery is
@@ -324,13 +342,13 @@ class Model:
         embeddings of the queries' modality (e.g. the split's captions, for caption queries) re-ranked together with
         the queries, as in evaluation: re-rankers normalise each gallery item's scores over the queries' side, which
         a handful of queries alone does not sample (one caption query makes every FR score 0)."""
-        if not isinstance(queries, torch.Tensor) and not isinstance(queries, np.ndarray):
+        if not isinstance(queries, (torch.Tensor, np.ndarray)):
             queries, queries_are = self.encode_text(list(queries)), "text"
         if queries_are not in ("text", "image"):
             raise XmrError("search: with embeddings as queries, say queries_are='text' or 'image'")
         n_queries = len(queries)
         if rerank and reference is not None:  # the queries last, after the reference population
-            queries = torch.cat([torch.as_tensor(reference).to(self.device), torch.as_tensor(queries).to(self.device)])
+            queries = torch.cat([_as_tensor(reference, self.device), _as_tensor(queries, self.device)])
         if queries_are == "text":
             sims = self.similarity(gallery, queries)  # images x captions
         else:
@@ -344,7 +362,7 @@ class Model:
                                        rerank)
             i2t, t2i = apply_rerank(sims, rerank, params)
             scores = t2i.T if queries_are == "text" else i2t
-            scores = scores.float().cpu().numpy() if torch.is_tensor(scores) else np.asarray(scores)
+            scores = _as_array(scores) if torch.is_tensor(scores) else np.asarray(scores, dtype=np.float32)
         else:
             scores = sims.T if queries_are == "text" else sims
         scores = scores[-n_queries:]
@@ -354,7 +372,8 @@ class Model:
 
     def encode_split(self, split: str | None = None) -> dict[str, Any]:
         """A split of the run's dataset as a gallery: ``image_ids``, ``image_emb``, ``captions``
-        (with ``caption_image``: the index of each caption's image), ``text_emb``. A run's own model (its
+        (with ``caption_image``: the index of each caption's image), ``text_emb`` (the embeddings as float32 NumPy
+        arrays, as :meth:`encode_image` / :meth:`encode_text` give them). A run's own model (its
         ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.gallery_cache`), and computes and
         caches them when the cache is missing or stale."""
         from xmr.gallery_cache import read_gallery, write_gallery
@@ -365,14 +384,15 @@ class Model:
         cached = read_gallery(self.run_dir, self.cfg, split) if cacheable else None
         if cached is not None:
             return {"split": split, "image_ids": cached["image_ids"], "captions": cached["captions"],
-                    "caption_image": cached["caption_image"], "image_emb": torch.from_numpy(cached["image_emb"]),
-                    "text_emb": torch.from_numpy(cached["text_emb"])}
+                    "caption_image": cached["caption_image"], "image_emb": cached["image_emb"],
+                    "text_emb": cached["text_emb"]}
         data, feats = load_split_images(self.cfg, split)
         img, cap = encode_split(self.model, self.cfg, data, feats, self.device)
         if cacheable:
             write_gallery(self.run_dir, self.cfg, split, data, img.numpy(), cap.numpy())
-        return {"split": split, "image_ids": list(data.image_ids), "image_emb": img,
-                "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image], "text_emb": cap}
+        return {"split": split, "image_ids": list(data.image_ids), "image_emb": _as_array(img),
+                "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image],
+                "text_emb": _as_array(cap)}
 
 
 def load(run: str | os.PathLike, device: str = "auto") -> Model:
