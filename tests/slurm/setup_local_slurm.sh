@@ -60,7 +60,7 @@ start() {
 
     local host cpus mem_mb
     host=$(hostname -s)
-    cpus=$(nproc)
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc obeys OMP_NUM_THREADS (pytest-xdist workers set it to 1)
     mem_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 3 / 4 ))
     cat >"$dir/slurm.conf" <<EOF
 # xmr test cluster (tests/slurm/setup_local_slurm.sh)
