@@ -241,3 +241,18 @@ def test_set_correlation_claims_lower_is_better_and_training_columns(bench_dir):
     # training table: set corr. and slot entropy, mean ± std over seeds
     assert "| 0.210 ± 0.010 | 0.50 ± 0.00 |" in paths["md"].read_text()
     assert "| 0.620 ± 0.020 | 1.00 ± 0.00 |" in paths["md"].read_text()
+
+
+def test_a_benchmark_of_plain_evaluation_only_reads_plain_results_files(bench_dir):
+    """`rerank: [none]` (config/benchmark/dvse_sets.yaml): `xmr test` then writes a plain results file, with no
+    by_rerank; the tables read it as the plain evaluation."""
+    doc = yaml.safe_load((bench_dir / "config" / "benchmark" / "bench.yaml").read_text())
+    doc["rerank"] = ["none"]
+    doc["claims"] = [c for c in doc["claims"] if ":" not in c["better"]]
+    (bench_dir / "config" / "benchmark" / "bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    for path in (bench_dir / "results").rglob("s*.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text())["by_rerank"]["none"], "rerank": "none"}))
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    c = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}["a beats b"]
+    assert (c["better_mean"], c["worse_mean"], c["diff"]) == pytest.approx((302, 291, 11))  # as with by_rerank

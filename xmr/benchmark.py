@@ -183,10 +183,12 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
                 missing.append(str(p))
                 continue
             doc = read_json(p)
+            # a benchmark of one re-ranker writes a plain results file (no by_rerank)
+            by_rerank = doc["by_rerank"] if "by_rerank" in doc else {doc.get("rerank") or PLAIN: doc}
             for rerank in bench.rerank:
-                if rerank not in doc["by_rerank"]:
+                if rerank not in by_rerank:
                     raise XmrError(f"{p}: no evaluation with re-ranker {rerank!r}; re-run its evaluation")
-                for subset, metrics in flat_metrics(doc["by_rerank"][rerank]).items():
+                for subset, metrics in flat_metrics(by_rerank[rerank]).items():
                     records.append({"variant": variant, "seed": seed, "rerank": rerank, "subset": subset, **metrics,
                                     **set_metrics(doc)})
     if missing and strict:
