@@ -167,11 +167,13 @@ def _as_sets(x, what: str) -> torch.Tensor:
 
 
 def all_finite(t: torch.Tensor) -> bool:
-    """True when ``t`` has no NaN/inf. amax/amin propagate NaN and expose inf, and unlike ``isfinite(t).all()``
-    they allocate nothing (about 20x faster on a COCO-5K matrix)."""
+    """True when ``t`` has no NaN/inf. The minimum and maximum propagate NaN and expose inf, and unlike
+    ``isfinite(t).all()`` they allocate nothing (about 20x faster on a COCO-5K matrix); ``aminmax`` reads the
+    tensor once for both."""
     if t.numel() == 0:
         return True
-    return bool(torch.isfinite(t.amax())) and bool(torch.isfinite(t.amin()))
+    low, high = torch.aminmax(t)
+    return bool(torch.isfinite(high)) and bool(torch.isfinite(low))
 
 
 def _check_finite(t: torch.Tensor, what: str) -> None:

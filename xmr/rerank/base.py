@@ -256,7 +256,7 @@ def reject_nonpositive_scores(sims: torch.Tensor, name: str, why: str) -> None:
     below -1, outside the cosine range), for a re-ranker reading ``sims`` as similarities (``why`` says how its
     formula breaks). All-negative cosines (a model whose scores all lie in [-1, 0], e.g. CODER on synth) pass with
     a warning: the re-ranker then does what the reference code does with them, which inverts every ranking."""
-    high, low = float(sims.amax()), float(sims.amin())
+    low, high = map(float, torch.aminmax(sims))
     if high <= 0.0 and low < -1.0:
         raise XmrError(f"re-ranker {name!r}: every similarity is <= 0, as in log-probabilities (PCME's "
                        f"log_match_prob); {why}. For log-probabilities pass scores=log_prob (PCME's config sets "

@@ -48,7 +48,7 @@ def lse_stats(sims: torch.Tensor, col_scale: float, row_scale: float,
     cpu = sims.device.type == "cpu"
     xp = np if cpu else torch
     a = sims.detach().numpy() if cpu else sims
-    hi, lo = float(sims.amax()), float(sims.amin())
+    lo, hi = map(float, torch.aminmax(sims))  # one pass for both
     shared = max(col_scale, row_scale) * (hi - lo) <= _SHARED_SHIFT_SPAN
     on = {} if cpu else {"device": sims.device}  # torch allocates on the CPU unless told
     col = xp.zeros(m, dtype=xp.float64, **on) if shared else xp.full((m,), -np.inf, dtype=xp.float32, **on)
