@@ -285,3 +285,28 @@ def test_parameter_validation():
     assert p["k_i2t"] == 7 and p["t2i_gt_groups"] is True
     with pytest.raises(XmrError, match="gamma1 must be > 0"):
         rerank(_matrix(), "fr", {"gamma1": 0})
+
+
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "index"])
+def test_blocks_on_two_threads_give_the_one_thread_numbers_bit_for_bit(ties):
+    """On CPU the evaluator's passes run their row blocks on torch's threads (xmr.rerank.map_blocks): FR's
+    statistics (column sums combined in block order) and the ranks must be exactly those of one thread."""
+    from xmr.evaluation.ranks import grouped_ranks
+    from xmr.rerank import map_blocks
+    from xmr.rerank.fast import FastRescoring
+
+    s = torch.from_numpy(_matrix(n=40, c=5, seed=3))
+    before = torch.get_num_threads()
+    got = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert list(map_blocks(lambda b: b * b, range(7))) == [0, 1, 4, 9, 16, 25, 36]  # in order
+            for g1, l1 in ((25.0, 20.0), (90.0, 80.0)):  # one shared shift / per-block shifts
+                sc = FastRescoring(s, g1, 25.0, l1, 20.0, block_bytes=3 * 4 * 200 * 3)  # blocks of 3 rows
+                got[threads, g1] = [sc.col.lse, sc.row.lse, *map(torch.as_tensor, grouped_ranks(sc, 5, ties))]
+    finally:
+        torch.set_num_threads(before)
+    for g1 in (25.0, 90.0):
+        for one, two in zip(got[1, g1], got[2, g1]):
+            assert torch.equal(one, two)

@@ -172,10 +172,14 @@ def require_file(path: str | os.PathLike, hint: str) -> Path:
 
 # -- arrays -------------------------------------------------------------------------------------------------------
 
-def load_array(path: str | os.PathLike, what: str, numeric: bool = True) -> Any:
+def load_array(path: str | os.PathLike, what: str, numeric: bool = True, mmap: bool = False) -> Any:
     """A ``.npy`` file as an array; anything else (empty, not .npy, pickled objects, cut short, text/complex
     values where numbers are needed) is a one-line XmrError naming the file and the defect. NaN/inf and shapes
-    are checked by the library call that uses the array (one message for CLI and Python callers)."""
+    are checked by the library call that uses the array (one message for CLI and Python callers).
+
+    ``mmap=True`` maps the file copy-on-write instead of reading it: its pages come from the OS's file cache as
+    they are first used, with no copy into fresh memory (for the 225 MB of COCO-5K DVSE embeddings, 0.5 s of
+    single-threaded kernel time), and writes to the array stay in this process."""
     import numpy as np
 
     p = require_file(path, f"give the {what} as a .npy file")
@@ -189,9 +193,9 @@ def load_array(path: str | os.PathLike, what: str, numeric: bool = True) -> Any:
         kind = "a .npz/zip archive" if magic[:2] == b"PK" else "no NumPy .npy header (text or another format?)"
         raise XmrError(f"{path}: not a .npy file ({kind}); write the {what} with numpy.save")
     try:
-        a = np.load(Path(path), allow_pickle=False)
+        a = np.load(Path(path), allow_pickle=False, mmap_mode="c" if mmap else None)
     except ValueError as e:
-        if "pickle" in str(e) or "Object arrays" in str(e):
+        if "pickle" in str(e) or "Object arrays" in str(e) or "Python objects" in str(e):
             raise XmrError(f"{path}: holds pickled (object) data, not a numeric array; save the {what} as a "
                            f"plain numpy array") from None
         raise XmrError(f"{path}: cannot read {what} (cut short or damaged .npy: {e}); write it again") from None
@@ -202,7 +206,7 @@ def load_array(path: str | os.PathLike, what: str, numeric: bool = True) -> Any:
             raise XmrError(f"{path}: the {what} holds complex numbers ({a.dtype}); give real values")
         if a.dtype.kind not in "biuf":
             raise XmrError(f"{path}: the {what} has dtype {a.dtype}; expected real numbers (float or int)")
-    return a
+    return a.view(np.ndarray) if mmap else a  # a plain array (the view keeps the mapping open)
 
 
 # -- checkpoints: tensors and plain data only, so they load with torch.load(weights_only=True) ----------------

@@ -46,6 +46,26 @@ class Registry(Generic[T]):
         return sorted(self._entries.items())
 
 
+class RegistryNames:
+    """The names of the registry ``attr`` of ``module``, for argparse's ``choices=``: the module is imported only
+    when a value is checked or the names are printed, so building the ``xmr`` parser (every command's start-up)
+    does not import what the registry's entries import (torch, for the checkpoint formats)."""
+
+    def __init__(self, module: str, attr: str) -> None:
+        self.module, self.attr = module, attr
+
+    def _registry(self) -> Registry:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.attr)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._registry()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry())
+
+
 def import_submodules(package: str) -> None:
     """Import every module of ``package`` so that their ``@REGISTRY.register`` decorators run."""
     import importlib

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     params = parse_assignments(args.rerank_param, "--rerank-param", raw=True, form="NAME=VALUE")  # typed by the spec
     if params and not args.rerank:
         raise XmrError("--rerank-param given without --rerank")
-    sims = load_array(args.sims, "similarity matrix") if args.sims else similarity_of_files(args)
+    sims = load_array(args.sims, "similarity matrix", mmap=True) if args.sims else similarity_of_files(args)
     labels = {}
     if args.image_labels:
         labels["image_labels"] = load_array(args.image_labels, "image labels", numeric=False)

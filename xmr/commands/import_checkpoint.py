@@ -4,10 +4,11 @@ HELP = "import a published checkpoint (vsepp, vse_infty, pcme, pvse) as a run di
 
 
 def add_arguments(p):
-    from xmr.checkpoints import CHECKPOINT_FORMATS
+    from xmr.registry import RegistryNames
 
-    p.add_argument("--format", choices=CHECKPOINT_FORMATS.names(),
-                   help="the official layout (default: the recipe's checkpoint.format)")
+    # a metavar: argparse would list the choices (import the formats, and torch) while building the parser
+    p.add_argument("--format", choices=RegistryNames("xmr.checkpoints", "CHECKPOINT_FORMATS"), metavar="FORMAT",
+                   help="the official layout: %(choices)s (default: the recipe's checkpoint.format)")
     p.add_argument("--src", help="the official checkpoint file (default: the recipe's checkpoint.src)")
     p.add_argument("--vocab", help="what the text side needs: the vocabulary file (BiGRU models) or the local BERT "
                                    "folder (BERT models)")

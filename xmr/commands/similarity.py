@@ -32,8 +32,8 @@ def similarity_of_files(args: argparse.Namespace):
     from xmr.io import load_array
     from xmr.similarity import MATCH_MEASURES, compute_similarity
 
-    images = load_array(args.images, "image embeddings")
-    captions = load_array(args.captions, "caption embeddings")
+    images = load_array(args.images, "image embeddings", mmap=True)
+    captions = load_array(args.captions, "caption embeddings", mmap=True)
     params = {"a": args.mp_a, "b": args.mp_b} if args.measure in MATCH_MEASURES else {}
     return compute_similarity(images, captions, measure=args.measure, alpha=args.alpha, chunk_size=args.chunk_size,
                               device=args.device, **params)

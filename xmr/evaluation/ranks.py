@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank import DEFAULT_BLOCK_BYTES, Rescoring, iter_blocks
+from xmr.rerank import DEFAULT_BLOCK_BYTES, Rescoring, iter_blocks, map_blocks
 from xmr.similarity import all_finite
 
 TIE_POLICIES = ("pessimistic", "optimistic", "index")
@@ -179,20 +179,26 @@ def grouped_ranks(scores, captions_per_image: int = 5, ties: str = "pessimistic"
         counts = torch.zeros(m, dtype=torch.long, device=dev)
     offsets = torch.arange(c, device=dev)[None, :]
     shared = sc.same_scores
-    for rows in sc.row_blocks():
+
+    def block(rows: slice) -> torch.Tensor | None:
+        """Writes the block's image->text ranks; returns its text->image counts (summed below)."""
         s_i2t = sc.i2t(rows) if (do_i2t or shared) else None
         if do_i2t:
             pos = torch.arange(rows.start, rows.stop, device=dev)[:, None] * c + offsets
             i2t[rows] = first_positive_rank(s_i2t, ties, pos_idx=pos)
+        if not do_t2i:
+            return None
+        s = s_i2t if shared else sc.t2i_block(rows, slice(0, m))
+        if ties == "optimistic":
+            return count_above(s, gt, 0, inclusive=False).to(dev)
+        if ties == "pessimistic":
+            return count_above(s, gt, 0, inclusive=True).to(dev)  # includes the ground truth itself, once
+        row_idx = torch.arange(rows.start, rows.stop, device=dev)[:, None]
+        return (s > gt).sum(0, dtype=torch.int32) + ((s == gt) & (row_idx < owner)).sum(0, dtype=torch.int32)
+
+    for block_counts in map_blocks(block, sc.row_blocks(), dev):
         if do_t2i:
-            s = s_i2t if shared else sc.t2i_block(rows, slice(0, m))
-            if ties == "optimistic":
-                counts += count_above(s, gt, 0, inclusive=False).to(dev)
-            elif ties == "pessimistic":
-                counts += count_above(s, gt, 0, inclusive=True).to(dev)  # includes the ground truth itself, once
-            else:
-                row_idx = torch.arange(rows.start, rows.stop, device=dev)[:, None]
-                counts += (s > gt).sum(0, dtype=torch.int32) + ((s == gt) & (row_idx < owner)).sum(0, dtype=torch.int32)
+            counts += block_counts
     t2i = None
     if do_t2i:
         t2i = (counts - 1 if ties == "pessimistic" else counts).cpu().numpy()

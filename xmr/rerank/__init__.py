@@ -27,7 +27,7 @@ per-dataset rows that override them (FR's paper values per dataset live in ``con
 
 from xmr.registry import import_plugins, import_submodules
 from xmr.rerank.base import (DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, RerankerSpec, Rescoring, arange,
-                             default_params, describe_params, full, iter_blocks, prepare_rerank, rerank,
+                             default_params, describe_params, full, iter_blocks, map_blocks, prepare_rerank, rerank,
                              reject_nonpositive_scores, require_log_probabilities, resolve_params, rows_name)
 
 # Registration: every module of this package registers its re-ranker (adding one is adding a module).
@@ -35,5 +35,5 @@ import_submodules("xmr.rerank")
 import_plugins()  # re-rankers defined outside the package ($XMR_PLUGINS)
 
 __all__ = ["RERANKERS", "Rescoring", "full", "arange", "RerankContext", "RerankerSpec", "rerank", "prepare_rerank",
-           "default_params", "resolve_params", "describe_params", "iter_blocks", "reject_nonpositive_scores",
-           "require_log_probabilities", "DEFAULT_BLOCK_BYTES", "rows_name"]
+           "default_params", "resolve_params", "describe_params", "iter_blocks", "map_blocks",
+           "reject_nonpositive_scores", "require_log_probabilities", "DEFAULT_BLOCK_BYTES", "rows_name"]

@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 import torch
 
 from xmr.errors import XmrError
 from xmr.registry import Registry
+
+T = TypeVar("T")
 
 # Budget for one block of the similarity matrix plus its temporaries (bool masks, re-ranked copies).
 DEFAULT_BLOCK_BYTES = 64 * 2**20
@@ -22,6 +27,29 @@ def iter_blocks(n: int, bytes_per_item: int, block_bytes: int = DEFAULT_BLOCK_BY
     step = max(1, block_bytes // max(1, bytes_per_item))
     for start in range(0, n, step):
         yield slice(start, min(n, start + step))
+
+
+def map_blocks(fn: Callable[[Any], T], blocks: Iterable[Any], device: str | torch.device = "cpu") -> Iterator[T]:
+    """``fn(b)`` for each of ``blocks``, yielded in order; on CPU the blocks run on ``torch.get_num_threads()``
+    threads, at most that many blocks ahead of the consumer.
+
+    The per-block work of the evaluation's passes over a matrix is mostly NumPy's vectorised loops on CPU (exp,
+    compare, count): they release the GIL but use one core each, so without threads all cores but one idle
+    through them. ``fn`` may write only its own block's part of a shared output; each thread holds one block's
+    temporaries at a time. Combining the results in the consumer, in order, keeps reductions bit-identical to
+    a serial loop."""
+    it = iter(blocks)
+    workers = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
+    if workers <= 1:
+        yield from map(fn, it)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="xmr-blocks") as pool:
+        pending = deque(pool.submit(fn, b) for b in itertools.islice(it, workers))
+        while pending:
+            done = pending.popleft().result()
+            for b in itertools.islice(it, 1):
+                pending.append(pool.submit(fn, b))
+            yield done
 
 
 def full(s: slice, n: int) -> slice:
@@ -228,7 +256,7 @@ def reject_nonpositive_scores(sims: torch.Tensor, name: str, why: str) -> None:
     below -1, outside the cosine range), for a re-ranker reading ``sims`` as similarities (``why`` says how its
     formula breaks). All-negative cosines (a model whose scores all lie in [-1, 0], e.g. CODER on synth) pass with
     a warning: the re-ranker then does what the reference code does with them, which inverts every ranking."""
-    high, low = float(sims.amax()), float(sims.amin())
+    low, high = map(float, torch.aminmax(sims))
     if high <= 0.0 and low < -1.0:
         raise XmrError(f"re-ranker {name!r}: every similarity is <= 0, as in log-probabilities (PCME's "
                        f"log_match_prob); {why}. For log-probabilities pass scores=log_prob (PCME's config sets "

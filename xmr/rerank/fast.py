@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from xmr.errors import XmrError
-from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks
+from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks, map_blocks
 
 
 # -- statistics of a matrix along each axis, computed in one streaming pass over row blocks ----------------------
@@ -48,34 +48,43 @@ def lse_stats(sims: torch.Tensor, col_scale: float, row_scale: float,
     cpu = sims.device.type == "cpu"
     xp = np if cpu else torch
     a = sims.detach().numpy() if cpu else sims
-    hi, lo = float(sims.amax()), float(sims.amin())
+    lo, hi = map(float, torch.aminmax(sims))  # one pass for both
     shared = max(col_scale, row_scale) * (hi - lo) <= _SHARED_SHIFT_SPAN
     on = {} if cpu else {"device": sims.device}  # torch allocates on the CPU unless told
     col = xp.zeros(m, dtype=xp.float64, **on) if shared else xp.full((m,), -np.inf, dtype=xp.float32, **on)
     row = xp.empty(n, dtype=xp.float32, **on)
-    for rows in iter_blocks(n, m * 4 * 2, block_bytes):
+
+    def block(rows: slice):
+        """Writes the block's rows of ``row``; returns its column statistic, combined below in block order."""
         s = a[rows]
         if shared:
             e = s * col_scale
             e -= col_scale * hi
             xp.exp(e, out=e)  # in (e^-80, 1]: no overflow, no underflow
-            col += e.sum(0)  # float32 partial sums, float64 total
+            col_part = e.sum(0)  # float32 partial sums (a float64 total below)
             if row_scale != col_scale:
                 e = s * row_scale
                 e -= row_scale * hi
                 xp.exp(e, out=e)
             row[rows] = xp.log(e.sum(1)) + row_scale * hi
+            return col_part
+        x = s * col_scale
+        top = xp.amax(x, 0)
+        x -= top[None, :]
+        xp.exp(x, out=x)
+        col_part = xp.log(x.sum(0)) + top
+        y = s * row_scale
+        top = xp.amax(y, 1)
+        y -= top[:, None]
+        xp.exp(y, out=y)
+        row[rows] = xp.log(y.sum(1)) + top
+        return col_part
+
+    for col_part in map_blocks(block, iter_blocks(n, m * 4 * 2, block_bytes), sims.device):
+        if shared:
+            col += col_part
         else:
-            x = s * col_scale
-            top = xp.amax(x, 0)
-            x -= top[None, :]
-            xp.exp(x, out=x)
-            col = xp.logaddexp(col, xp.log(x.sum(0)) + top)
-            y = s * row_scale
-            top = xp.amax(y, 1)
-            y -= top[:, None]
-            xp.exp(y, out=y)
-            row[rows] = xp.log(y.sum(1)) + top
+            col = xp.logaddexp(col, col_part)
     if shared:
         col = xp.log(col) + col_scale * hi
     if cpu:
