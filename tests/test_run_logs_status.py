@@ -103,3 +103,12 @@ def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):
     fields = [parse_line(ln) for ln in lines]
     assert [f["done"] for f in fields] == ["6/10", "10/10", "10/10"]
     assert "eta" in fields[0] and "seconds" in fields[2] and float(fields[2]["img_per_s"]) > 0
+
+
+def test_an_rsum_below_100_is_printed_with_one_decimal_like_one_above():
+    """The epoch line printed `val_rsum=99.4400` for an RSUM under 100 and `val_rsum=113.1` above it; a loss
+    keeps its four decimals."""
+    from xmr.progress import log_line
+
+    line = log_line("epoch 1/3", loss=53.54891, val_rsum=99.44, samples_per_s=650.51)
+    assert line == "epoch 1/3 loss=53.5489 val_rsum=99.4 samples_per_s=650.5"

@@ -12,8 +12,8 @@ import time
 from typing import Any, Iterable, Iterator
 
 
-# rates and durations: one decimal; other numbers (losses, metrics): 4 decimals below 100
-ONE_DECIMAL = ("_per_s", "seconds")
+# rates, durations and RSUMs (sums of percentages): one decimal; other numbers (losses): 4 decimals below 100
+ONE_DECIMAL = ("_per_s", "seconds", "rsum")
 
 
 def fmt(key: str, value: Any) -> str:

@@ -24,7 +24,7 @@ rule extract:
         cpus_per_task=res("extract", "cpus_per_task"),
     shell:
         "{XMR} extract --dataset {wildcards.dataset} --backbone {wildcards.backbone} --split {wildcards.split}"
-        " --out {output} --workers {threads} --no-progress > {log} 2>&1"
+        " --out {output} --workers {threads} --threads {threads} --no-progress > {log} 2>&1"
 
 
 # The SCAN/VSE∞ precomputed download *is* the BUTD R101 fixed-36 feature set: when data/{dataset}/precomp/

@@ -11,15 +11,20 @@ def add_arguments(p):
     p.add_argument("--config-dir", default="config")
     p.add_argument("--batch-size", type=int, help="default: the backbone config's batch_size")
     p.add_argument("--workers", type=int, default=2, help="image decoding processes")
+    p.add_argument("--threads", type=int, help="torch CPU threads of the backbone (default: torch's, one per "
+                   "core); fixed, it makes the features the same on any core count")
     p.add_argument("--device", default="auto")
     p.add_argument("--no-progress", action="store_true")
 
 
 def run(args):
     from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.errors import XmrError
     from xmr.data import load_split
     from xmr.features.extract import extract_features
 
+    if args.threads is not None and args.threads < 1:
+        raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
     bb = load_backbone_config(args.backbone, args.config_dir)
     if bb["name"] == "precomputed":  # before the dataset is read: nothing here can make these features
         from xmr.features.backbones.precomputed import not_extractable
@@ -29,5 +34,5 @@ def run(args):
     split = load_split(ds, args.split)
     out = extract_features(split, bb, args.out, batch_size=args.batch_size or bb["batch_size"],
                            workers=args.workers, dtype=bb["dtype"], device=args.device,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, threads=args.threads)
     print(f"wrote {out} ({split.num_images} images)")

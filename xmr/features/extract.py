@@ -107,11 +107,13 @@ def feature_config(backbone_cfg: dict) -> str:
 
 def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.PathLike, batch_size: int = 32,
                      workers: int = 2, dtype: str = "float32", device: str = "auto", progress: bool = True,
-                     backbone: Backbone | None = None) -> Path:
+                     backbone: Backbone | None = None, threads: int | None = None) -> Path:
     """Extract ``backbone_cfg`` features for every image of ``split`` into ``out`` (HDF5, see store.py).
 
     Resumable: finished batches are kept as shards next to ``out``; rerunning the same command continues.
     ``backbone``: an already built ``build_backbone(backbone_cfg)`` to reuse (benchmarks, notebooks).
+    ``threads``: torch's CPU threads for the backbone (None: torch's default, one per core). Convolutions sum in
+    an order that depends on it, so a fixed count gives the same features on any machine of one CPU family.
     ``backbone_cfg['decoder']``: ``pil`` (workers decode), ``device`` (workers read bytes, the device decodes;
     :mod:`xmr.features.decode`) or ``auto`` (device on CUDA).
     """
@@ -127,8 +129,12 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     check_writable_dir(Path(out).parent, "feature output directory")  # before the backbone loads
     if dev.type == "cpu":
         tune_cpu_allocator()
+    if threads:
+        torch.set_num_threads(threads)
     decoder = resolve_decoder(backbone_cfg.get("decoder") or "auto", dev)
     backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev)
+    if backbone.channels_last:
+        backbone = backbone.to(memory_format=torch.channels_last)
     size, resize, max_size = input_settings(backbone_cfg, backbone)
     padded = resize == "shorter_side"
     if padded and not getattr(backbone, "supports_keep_aspect", False):
@@ -209,6 +215,8 @@ def _run(backbone, loader, starts, to_device, writer, dev, np_dtype, given_boxes
                 kwargs["image_sizes"] = [(round(g[3].item() * g[1].item()), round(g[2].item() * g[0].item()))
                                          for g in geoms]
             x = normalise(x, backbone.mean, backbone.std, kwargs.get("image_sizes"), backbone.pixel_scale)
+            if backbone.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             result = backbone(x, **kwargs)
             feats, boxes = result[0], result[1]
             nreg = (result[2].cpu().numpy() if len(result) > 2

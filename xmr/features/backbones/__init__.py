@@ -34,6 +34,9 @@ class Backbone(nn.Module):
     pixel_scale: float = 255.0
     weights_sha256: str = "random-init"
     needs_boxes: bool = False
+    # convolution trunks run in NHWC during extraction: oneDNN's depthwise and 1x1 convolutions are ~2x faster
+    # in it on 2 CPU threads (EfficientNet-Lite0 at 128 px: 5.5 vs 10.9 ms/img); features move by ~2e-5
+    channels_last: bool = False
 
     def forward(self, images: torch.Tensor, boxes: list[torch.Tensor] | None = None):
         raise NotImplementedError

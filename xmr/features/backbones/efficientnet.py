@@ -14,6 +14,7 @@ class EfficientNetLite0(Backbone):
 
     name = "efficientnet_lite0"
     feature_dim = 1280
+    channels_last = True
     mean = (0.5, 0.5, 0.5)
     std = (0.5, 0.5, 0.5)
 

@@ -58,6 +58,7 @@ class TorchvisionGrid(Backbone):
 
     arch = ""
     feature_dim = 2048
+    channels_last = True
 
     def __init__(self, cfg: dict) -> None:
         super().__init__()
