@@ -80,6 +80,8 @@ def cpu_seconds() -> float:
 def bare_forward(backbone, batch: int, size: int, n_images: int, dev: torch.device) -> tuple[float, float]:
     """(images/s, CPU ms per image) of the forward pass alone (plus the device-to-host copy extraction does)."""
     x = torch.randn(batch, 3, size, size, device=dev)
+    if backbone.channels_last:  # the layout extraction runs the backbone in (xmr/features/extract.py)
+        backbone, x = backbone.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     n_batches = -(-n_images // batch)
     with torch.inference_mode():
         for _ in range(2):  # warm-up (cuDNN autotune, oneDNN primitive caches)

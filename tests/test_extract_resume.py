@@ -71,3 +71,31 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     expect[marked_rows] += 1000.0
     np.testing.assert_allclose(np.stack([got[i] for i in range(N_IMAGES)]), expect, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got.num_regions, ref.num_regions)
+
+
+def test_threads_option_and_channels_last_layout_keep_the_features(tmp_path):
+    """`xmr extract --threads N` (what the workflow passes): the backbone runs channels-last on N threads, and its
+    features equal those of the plain NCHW forward within float32 summation-order noise; --threads 0 is refused
+    in one line, before anything is written."""
+    cfg_dir = tiny_extraction_config(tmp_path, 4, input_size=64, batch_size=2)
+    out = tmp_path / "features" / "train.h5"
+    cmd = [sys.executable, "-m", "xmr", "extract", "--dataset", "synth", "--backbone", "eff", "--split", "train",
+           "--out", str(out), "--config-dir", str(cfg_dir), "--workers", "0", "--no-progress"]
+    bad = subprocess.run(cmd + ["--threads", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--threads 0" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and not out.exists()
+    done = subprocess.run(cmd + ["--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    from xmr.features.backbones import build_backbone
+
+    bb_cfg = load_backbone_config("eff", cfg_dir)
+    nchw = build_backbone(bb_cfg)
+    nchw.channels_last = False  # the reference: the same weights in the default layout
+    assert type(nchw).channels_last  # what extraction uses for this backbone
+    ref = FeatureFile(extract_features(load_split(load_dataset_config("synth", cfg_dir), "train"), bb_cfg,
+                                       tmp_path / "ref.h5", batch_size=2, workers=0, progress=False, backbone=nchw))
+    got = FeatureFile(out)
+    a, b = np.stack([got[i] for i in range(4)]), np.stack([ref[i] for i in range(4)])
+    assert a.shape == b.shape == (4, 4, 1280)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
