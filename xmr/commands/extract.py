@@ -19,8 +19,8 @@ def add_arguments(p):
 
 def run(args):
     from xmr.config import load_backbone_config, load_dataset_config
-    from xmr.errors import XmrError
     from xmr.data import load_split
+    from xmr.errors import XmrError
     from xmr.features.extract import extract_features
 
     if args.threads is not None and args.threads < 1:
