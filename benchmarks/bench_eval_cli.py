@@ -13,8 +13,7 @@ first (not timed), then, on the same files:
    with the machine's own kernels (the default) and with ``XMR_PORTABLE_CPU=1`` (the opt-in AVX2 pin);
 3. with ``--two-step``, the path documented before: ``xmr similarity --out S.npy`` then
    ``xmr evaluate --sims S.npy`` (two processes, the matrix on disk);
-4. torch's GEMM at the same shape with its own kernels and under the pin (what the pin costs).
-
+4. torch's GEMM at the same shape with its own kernels and under the pin (what the pin costs);
 5. ``--pairs N`` (default 3) interleaved pairs: NumPy's GEMM with OpenBLAS's own kernels in a fresh process,
    then the default CLI. Their median ratio is the target's verdict: a VM's speed can drift between the separate
    measurements above (on the 2-core development VM by up to 1.4x within minutes), and a pair sees the same drift.
@@ -150,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             w2, c2, _ = child([sys.executable, "-m", "xmr", "evaluate", "--sims", sims, "--protocol", protocol,
                                "--rerank", "fr", "--out", str(Path(tmp) / "M2.json")], base)
             res["two_step"] = {"wall_s": w1 + w2, "cpu_s": c1 + c2,
-                                      "over_bare_wall": (w1 + w2) / res["bare_numpy"]["wall_s"],
-                                      "over_bare_cpu": (c1 + c2) / res["bare_numpy"]["cpu_s"]}
+                               "over_bare_wall": (w1 + w2) / res["bare_numpy"]["wall_s"],
+                               "over_bare_cpu": (c1 + c2) / res["bare_numpy"]["cpu_s"]}
             print(f"two_step: {w1 + w2:.2f} s wall ({res['two_step']['over_bare_wall']:.2f}x), "
                   f"{c1 + c2:.2f} s CPU ({res['two_step']['over_bare_cpu']:.2f}x)", flush=True)
         pairs = []
