@@ -128,6 +128,10 @@ def test_val_test_extraction_asks_for_less_than_train():
     # a dataset with its own `extract` (synth: CPU only) keeps it for every split, never the GPU default
     assert job_resource(res, "extract", "gpu", "synth", "test") == res["synth"]["extract"]["gpu"] == 0
     assert job_resource(res, "train", "runtime", "coco", "") == d["train"]["runtime"]
+    # the train split's extraction, the longest job, starts first among ready jobs (Snakemake's priority)
+    assert job_resource(res, "extract", "priority", "coco", "train") == 1
+    assert job_resource(res, "extract", "priority", "synth", "val") == job_resource(res, "extract", "priority",
+                                                                                    "coco", "test") == 0
     # without extract_eval anywhere, val/test fall back to extract
     no_eval = {"default": {k: v for k, v in d.items() if k != "extract_eval"}}
     assert job_resource(no_eval, "extract", "runtime", "coco", "test") == 720

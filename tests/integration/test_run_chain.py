@@ -47,4 +47,10 @@ def test_variants_plan_the_recipes_ddp_launch_and_feature_dir(tmp_path):
     extract = jobs(out, "extract")
     assert sorted(re.search(r"output: (\S+)", b)[1] for b in extract) == [
         f"feats2/synth/efficientnet_lite0_128/{s}.h5" for s in ("test", "train", "val")]
+    # synth's extractions take one core each, and the train split (the longest) has the priority: on 2 cores it
+    # runs beside val, then test (config resources: `make demo` waits 18 s for its features, not 23)
+    by_split = {re.search(r"split=(\w+)", b)[1]: b for b in extract}
+    assert "priority: 1" in by_split["train"]
+    assert all("priority" not in by_split[s] for s in ("val", "test"))
+    assert all("--workers 1 --threads 1" in b for b in extract), extract
     assert not re.search(r"^rule (train|score|evaluate)_variant|^rule bench_", out, flags=re.M)

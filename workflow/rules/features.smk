@@ -17,6 +17,7 @@ rule extract:
     log:
         "logs/extract/{fdir}/{dataset}_{backbone}_{split}.log",
     threads: res("extract", "cpus_per_task")
+    priority: res("extract", "priority")
     resources:
         gpu=res("extract", "gpu"),
         mem_mb=res("extract", "mem_mb"),
