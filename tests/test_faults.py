@@ -448,3 +448,31 @@ def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp
     with tracker.run("xmr/race", "r0"):
         run_id = tracker.run_id
     assert mlflow.MlflowClient().get_run(run_id).info.experiment_id == exp_id
+
+
+def test_reopening_a_stored_run_takes_no_first_use_lock(tmp_path, monkeypatch):
+    # the evaluations of one run (`xmr test`, one per re-ranker) reopen it by id side by side: they need neither
+    # its experiment nor the lock that serialises a new store's creation, so they do not queue on each other
+    import mlflow
+
+    import xmr.tracking as tracking
+    from xmr.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker(True)
+    with tracker.run("xmr/reopen", "r0"):
+        run_id = tracker.run_id
+    taken, real = [], tracking.store_lock
+    monkeypatch.setattr(tracking, "store_lock", lambda uri: taken.append(uri) or real(uri))
+    with tracker.run("xmr/reopen", "r0", run_id=run_id):
+        tracker.log_metrics({"test_plain/plain/rsum": 250.0})
+    assert taken == []
+    assert mlflow.MlflowClient().get_run(run_id).data.metrics["test_plain/plain/rsum"] == 250.0
+    # a run id and no store yet (the database was removed): the store is created under the lock, and MLflow then
+    # reports the unknown run as before
+    new_uri = f"sqlite:///{tmp_path / 'new.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", new_uri)
+    with pytest.raises(mlflow.exceptions.MlflowException, match=run_id):
+        with Tracker(True).run("xmr/reopen", "r0", run_id=run_id):
+            pass
+    assert taken == [new_uri]

@@ -189,6 +189,13 @@ class Tracker:
         except Exception:  # unknown id, or a run of another store
             return None
 
+    def _stored(self, run_id: str) -> bool:
+        """``run_id`` is in a store that already exists (a server, or a SQLite file already there): reopening it
+        needs neither its experiment nor the first-use lock, so the evaluations of one run (``xmr test``, one per
+        re-ranker) do not queue on each other. Never creates a SQLite store outside :func:`store_lock`."""
+        db = sqlite_path(self.uri)
+        return (db is None or db.exists()) and self.status(run_id) is not None
+
     def settle(self, id_file: Path, run_id: str | None, resume: bool) -> str | None:
         """The truth about an earlier attempt of this training (its run id is in ``id_file``, written when the
         attempt started): a ``RUNNING`` run there was killed (SIGKILL, SLURM time limit, node failure).
@@ -219,11 +226,13 @@ class Tracker:
             yield self
             return
         mlflow = self.mlflow
-        with store_lock(self.uri):
-            exp = mlflow.set_experiment(experiment)
-        # MLflow's set_experiment returns without activating the experiment when another process created it at
-        # the same moment (its RESOURCE_ALREADY_EXISTS branch): a run started then lands in Default. Name it.
-        exp = exp or mlflow.get_experiment_by_name(experiment)
+        exp = None
+        if not (run_id and id_file is None and self._stored(run_id)):  # a plain reopen needs no experiment
+            with store_lock(self.uri):
+                exp = mlflow.set_experiment(experiment)
+            # MLflow's set_experiment returns without activating the experiment when another process created it
+            # at the same moment (its RESOURCE_ALREADY_EXISTS branch): a run started then lands in Default. Name it.
+            exp = exp or mlflow.get_experiment_by_name(experiment)
         if id_file is not None:
             id_file = Path(id_file)
             run_id = self.settle(id_file, run_id, resume)
