@@ -125,3 +125,22 @@ def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
     line = _one_line_error(r, "train")
     assert line.startswith("xmr train: error: data/coco/dataset_coco.json: not found; download dataset_coco.json")
     assert "launching:" not in r.stdout and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--run", "runs/synth/dvse", "--out-dir", "elsewhere"], "--run RUN_DIR names both the config and the run "
+                                                            "directory: drop --config/--experiment/--out-dir"),
+    (["--config", "config/recipes/synth/dvse.yaml"], "give --run RUN_DIR, or --out-dir DIR with --config FILE "
+                                                      "(or --experiment/--variant)"),
+    (["--experiment", "dvse_k_sweep", "--out-dir", "x"], "give either --run RUN_DIR, --config FILE or "
+                                                         "--experiment FILE --variant NAME"),
+])
+def test_train_option_mistakes_fail_before_torch_is_imported(args, says):
+    # each a one-line error naming what to drop or add, and at once: the options are checked before torch loads
+    env = {**xmr_env(), "PYTHONPROFILEIMPORTTIME": "1"}
+    r = run_xmr("train", *args, cwd=REPO, env=env)
+    imported = [ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")]
+    r.stderr = "\n".join(ln for ln in r.stderr.splitlines() if not ln.startswith("import time:"))
+    assert _one_line_error(r, "train") == f"xmr train: error: {says}"
+    assert "xmr.cli" in imported and "torch" not in imported
+    assert not (REPO / "elsewhere").exists() and not (REPO / "x").exists()

@@ -44,9 +44,9 @@ def _source(args) -> list[str]:
 
 
 def run(args):
+    source = _source(args)  # before torch is imported: a wrong combination of options fails at once
     from xmr.train import distributed
 
-    source = _source(args)
     if args.nproc_per_node * args.nnodes > 1 and not distributed.already_launched():
         check_inputs(_config(args))  # a missing dataset is xmr's one line here, not a launcher traceback after it
         child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
