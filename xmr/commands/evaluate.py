@@ -49,12 +49,9 @@ def summary(m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xmr.commands.similarity import similarity_of_files
-    from xmr.io import load_array
     from xmr.config import parse_assignments
     from xmr.errors import XmrError
-    from xmr.evaluation import evaluate_sims
-    from xmr.io import write_json
+    from xmr.io import load_array, write_json
 
     embeddings = [f"--{k}" for k in ("images", "captions") if getattr(args, k)]
     if bool(args.sims) == bool(embeddings):
@@ -65,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     params = parse_assignments(args.rerank_param, "--rerank-param", raw=True, form="NAME=VALUE")  # typed by the spec
     if params and not args.rerank:
         raise XmrError("--rerank-param given without --rerank")
+    from xmr.commands.similarity import similarity_of_files  # torch: after the options are checked
+    from xmr.evaluation import evaluate_sims
+
     sims = load_array(args.sims, "similarity matrix", mmap=True) if args.sims else similarity_of_files(args)
     labels = {}
     if args.image_labels:

@@ -21,7 +21,6 @@ def run(args):
     from xmr.config import load_backbone_config, load_dataset_config
     from xmr.data import load_split
     from xmr.errors import XmrError
-    from xmr.features.extract import extract_features
 
     if args.threads is not None and args.threads < 1:
         raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
@@ -32,6 +31,8 @@ def run(args):
         raise not_extractable(bb, args.dataset, args.split, args.out)
     ds = load_dataset_config(args.dataset, args.config_dir)
     split = load_split(ds, args.split)
+    from xmr.features.extract import extract_features  # torch: after the options and inputs are checked
+
     out = extract_features(split, bb, args.out, batch_size=args.batch_size or bb["batch_size"],
                            workers=args.workers, dtype=bb["dtype"], device=args.device,
                            progress=not args.no_progress, threads=args.threads)
