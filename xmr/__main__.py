@@ -1,5 +1,3 @@
-import sys
+from xmr.cli import entry_point
 
-from xmr.cli import main
-
-sys.exit(main())
+entry_point()
