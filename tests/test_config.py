@@ -148,3 +148,26 @@ def test_one_rerank_parameter_resolver():
     assert rerank_params("dsl_val", "synth", pcme)["scores"] == "log_prob"
     assert rerank_params("dsl_val", "synth", {**pcme, "dsl_val": {"scores": "similarity"}})["scores"] == "similarity"
     assert rerank_params("fr_val", "cub", run)["gamma1"] == 30.0 and "scores" not in rerank_params("fr_val", "cub", pcme)
+
+
+def test_load_yaml_parses_each_text_once_and_hands_out_copies(tmp_path, monkeypatch):
+    # planning reads the same config files hundreds of times (the benchmark's dry run: 868 loads of one file);
+    # a text is parsed once, a changed file is parsed again, and every caller gets a dict of its own
+    from xmr import config
+
+    calls = []
+    real = yaml.safe_load
+    monkeypatch.setattr(config.yaml, "safe_load", lambda text: calls.append(text) or real(text))
+    config._parsed.cache_clear()
+    p = tmp_path / "a.yaml"
+    p.write_text("train: {epochs: 3}\n")
+    first = config.load_yaml(p)
+    first["train"]["epochs"] = 99  # a caller filling defaults in place
+    assert config.load_yaml(p) == {"train": {"epochs": 3}} and len(calls) == 1
+    p.write_text("train: {epochs: 4}\n")  # rewritten at once, same size: read again all the same
+    assert config.load_yaml(p) == {"train": {"epochs": 4}} and len(calls) == 2
+    p.write_text("- not a mapping\n")
+    with pytest.raises(XmrError, match="expected a mapping at the top level"):
+        config.load_yaml(p)
+    with pytest.raises(XmrError, match="config file not found"):
+        config.load_yaml(tmp_path / "missing.yaml")

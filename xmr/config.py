@@ -20,12 +20,20 @@ import yaml
 from xmr.errors import XmrError
 
 
+@lru_cache(maxsize=512)
+def _parsed(text: str) -> Any:
+    """A YAML text, parsed once per process (keyed by the text itself, never stale): planning a workflow reads the
+    same files hundreds of times (the seeded benchmark's 8.7 KB file once per planned job: 868 parses, 18 of the
+    28 s of its dry run)."""
+    return yaml.safe_load(text)
+
+
 def load_yaml(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.exists():
         raise XmrError(f"{path}: config file not found")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = _parsed(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -34,7 +42,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
         return {}
     if not isinstance(doc, dict):
         raise XmrError(f"{path}: expected a mapping at the top level")
-    return doc
+    return copy.deepcopy(doc)  # the caller's own: configs are merged and filled in place
 
 
 def deep_merge(base: dict, over: dict) -> dict:
