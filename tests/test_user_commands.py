@@ -141,7 +141,7 @@ def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
 ])
 def test_option_mistakes_fail_before_torch_is_imported(args, says):
     # each a one-line error naming what to drop or add, and at once: the options are checked before torch loads
-    # (2-3 s on a laptop), and nothing is written
+    # (2-3 s on the 2-core development VM), and nothing is written
     env = {**xmr_env(), "PYTHONPROFILEIMPORTTIME": "1"}
     r = run_xmr(*args, cwd=REPO, env=env)
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")]
