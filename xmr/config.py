@@ -102,7 +102,17 @@ def apply_overrides(cfg: dict, overrides: Iterable[str]) -> dict:
 
 @lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
+    """``xmr/schemas/{name}.schema.yaml`` (parsed once; callers must not modify it)."""
     return yaml.safe_load(resources.files("xmr.schemas").joinpath(f"{name}.schema.yaml").read_text())
+
+
+def method_schema(method: str) -> dict | None:
+    """The schema of a built-in method's ``model`` and ``loss`` sections, ``xmr/schemas/methods/{method}.schema.yaml``
+    (its class's ``schema``), or None where there is none (a plugin's method carries its schema on its class). Data,
+    so that validating a run config (Snakemake's planning) does not import the methods, nor torch."""
+    if not resources.files("xmr.schemas").joinpath("methods", f"{method}.schema.yaml").is_file():
+        return None
+    return load_schema(f"methods/{method}")
 
 
 def _fmt_path(err) -> str:

@@ -43,12 +43,6 @@ def reranker_names() -> list[str]:
     return RERANKERS.names()
 
 
-def method_names() -> list[str]:
-    from xmr.methods import METHODS
-
-    return METHODS.names()
-
-
 def method_config_path(method: str, config_dir: str | Path = "config") -> Path:
     return Path(config_dir) / "methods" / f"{method}.yaml"
 

@@ -1,8 +1,9 @@
 """The run config: from a recipe (:func:`load_run_config`) or from a run directory (:func:`load_saved_config`).
 
 A recipe (``extends:`` resolved, ``--set`` overrides applied) validated against the run schema
-and then against its method's own schema, where the methods are registered (so the generic YAML machinery of
-:mod:`xmr.config` never imports the methods), with its dataset and backbone configs attached."""
+and then against its method's own schema (a built-in method's is a file, :func:`xmr.config.method_schema`, so that
+validating imports neither the methods nor torch; a plugin's is looked up in the registry), with its dataset and
+backbone configs attached."""
 
 from __future__ import annotations
 
@@ -14,15 +15,19 @@ import copy
 from functools import lru_cache
 
 from xmr.config import (_load_with_extends, apply_overrides, deep_merge, find_config_dir, load_backbone_config,
-                        load_dataset_config, load_schema, load_yaml, validate)
+                        load_dataset_config, load_schema, load_yaml, method_schema, validate)
 from xmr.errors import XmrError
-from xmr.methods import METHODS
+from xmr.registry import PLUGINS_ENV
 
 
 def run_schema() -> dict:
-    """The run schema with its name lists filled from the registries: ``text.encoder`` (text encoders) and
-    ``eval.similarity`` (similarity measures, plus ``model``: the method's own). A name registered later (a
-    plugin) is in the next call's schema."""
+    """The run schema. Its name lists, ``text.encoder`` (text encoders) and ``eval.similarity`` (similarity
+    measures, plus ``model``: the method's own), are the built-in ones written in the schema, so that validating
+    a run config imports no torch; with ``$XMR_PLUGINS`` set they are read from the registries, plugins' entries
+    included (a name registered later is in the next call's schema)."""
+    if not os.environ.get(PLUGINS_ENV, "").strip():
+        return load_schema("run")
+    import xmr.methods  # noqa: F401 - imports the plugins, which may register text encoders and measures
     from xmr.models.text import TEXT_ENCODERS
     from xmr.similarity import SIMILARITIES
 
@@ -41,10 +46,15 @@ def _run_schema(encoders: tuple[str, ...], similarities: tuple[str, ...]) -> dic
 def _validate_run(cfg: dict, src: str) -> dict:
     """``cfg`` validated (defaults filled) against the run schema and then its method's schema."""
     validate(cfg, run_schema(), src)
-    if cfg["method"] not in METHODS:
-        raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
-                       f"{', '.join(METHODS.names())}")
-    return validate(cfg, METHODS.get(cfg["method"]).schema, src)
+    schema = method_schema(cfg["method"])
+    if schema is None:  # not a built-in: a plugin's method (whose module imports torch), or a misspelt name
+        from xmr.methods import METHODS
+
+        if cfg["method"] not in METHODS:
+            raise XmrError(f"{src}: method: unknown method {cfg['method']!r}; choose one of: "
+                           f"{', '.join(METHODS.names())}")
+        schema = METHODS.get(cfg["method"]).schema
+    return validate(cfg, schema, src)
 
 
 def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None) -> dict:

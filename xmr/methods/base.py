@@ -68,7 +68,8 @@ class MethodSettings:
 class RetrievalModel(nn.Module):
     """A dual encoder trained by :mod:`xmr.train.trainer` and evaluated by :mod:`xmr.evaluation`.
 
-    Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults),
+    Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults; a built-in
+    method's is its file ``xmr/schemas/methods/<name>.schema.yaml``, :func:`xmr.config.method_schema`),
     ``model_settings_class``/``loss_settings_class`` (frozen dataclasses whose fields are exactly those sections' properties;
     the conformance test checks them against the schema) and implement ``encode_image``, ``encode_text`` and
     ``compute_loss``. Embeddings are (B, D) or sets (B, K, D); ``eval_similarity`` names the

@@ -37,12 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.config import method_schema
 from xmr.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_loss
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.methods.vse_inf import GPO_SCHEMA
-from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.augment import augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 
@@ -58,35 +58,6 @@ another other such one ones own same very too also just only then
 """.split())
 
 _WORD = re.compile(r"^[a-z][a-z'-]*$")
-
-CONCEPT_SCHEMA = strict_section({
-    "n_concepts": {"type": "integer", "minimum": 1, "default": 300,
-                   "description": "q: the q most frequent content words (CVSE's 300; not given by CODER)"},
-    "selection": {"enum": ["frequency", "typed"], "default": "frequency",
-                  "description": "typed = per-type quotas (type_ratio) from a word_types lexicon"},
-    "type_ratio": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 3, "maxItems": 3,
-                   "default": [7, 2, 1], "description": "object : motion : property"},
-    "word_types": {"type": ["string", "null"], "default": None,
-                   "description": "JSON {word: object|motion|property} (e.g. from a POS tagger or CVSE)"},
-    "min_count": {"type": "integer", "minimum": 1, "default": 1},
-    "cooccurrence_unit": {"enum": ["caption", "image"], "default": "caption"},
-    "word_vectors": {"type": ["string", "null"], "default": "glove6b50d",
-                     "description": "GloVe init of the concept vectors X (paper: GloVe; 300-d 840B is not shipped)"},
-    "word_dim": {"type": "integer", "minimum": 1, "default": 50,
-                 "description": "dimension of X; must match word_vectors"},
-    "trainable": {"type": "boolean", "default": True, "description": "X learnable (the 'l' of X^l read as such)"},
-    "rescale": {"enum": ["cvse", "none"], "default": "cvse",
-                "description": "P -> t^(P-p) - t^(-p) before binarising (CVSE's rescale_adj_matrix)"},
-    "rescale_t": {"type": "number", "exclusiveMinimum": 1, "default": 5},
-    "rescale_p": {"type": "number", "default": 0.02},
-    "eps_graph": {"type": "number", "default": 0.3, "description": "binarisation threshold ε of Eq. 4"},
-    "adj_mode": {"enum": ["coder_literal", "kipf", "cvse"], "default": "coder_literal",
-                 "description": "coder_literal: D^-1/2 H D^-1/2 + I (Eq. 5); kipf: D~^-1/2 (H+I) D~^-1/2; "
-                                "cvse: 0.25/colsum reweighting + I, then symmetric normalisation"},
-    "gcn_layers": {"enum": [1, 2], "default": 1},
-    "smoothness": {"type": "number", "exclusiveMinimum": 0, "default": 10.0, "description": "λ of Eq. 6"},
-})
-CONCEPT_SCHEMA["default"] = {}
 
 
 # -- concept vocabulary and graph (pure functions of the training captions) ------------------------------------
@@ -208,48 +179,7 @@ class CODERLoss:
 class CODER(RetrievalModel):
     model_settings_class, loss_settings_class = CODERModel, CODERLoss
     conformance_overrides = {"model": {"queue_size": 64, "n_prototypes": 16}}
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "residual_mlp": {"type": "boolean", "default": True},
-                "gpo": GPO_SCHEMA,
-                "size_augment": SIZE_AUGMENT_SCHEMA,
-                "text_augment": TEXT_AUGMENT_SCHEMA,
-                "share_text_query_aggr": {"type": "boolean", "default": False,
-                                          "description": "text concept query from the instance GPO (visual: "
-                                                         "always shared, as the supplement states)"},
-                "concept": CONCEPT_SCHEMA,
-                "momentum": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.995},
-                "queue_size": {"type": "integer", "minimum": 0, "default": 4096},
-                "n_prototypes": {"type": "integer", "minimum": 2, "default": 512},
-                "fusion_alpha": {"type": "number", "minimum": 0, "maximum": 1, "default": 1.0,
-                                 "description": "evaluation score α·S^I + (1-α)·S^C (1 = instance only)"},
-            }),
-            "loss": strict_section({
-                "mu": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
-                "gamma": {"type": "number", "default": 0.2},
-                "form": {"enum": ["literal", "relative", "infonce"], "default": "literal"},
-                "diversity": {"enum": ["std", "entropy", "none"], "default": "std"},
-                "eps_div": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
-                "sd_formula": {"enum": ["std", "printed"], "default": "std"},
-                "div_direction": {"enum": ["formula", "inverse"], "default": "formula"},
-                "entropy_temperature": {"type": "number", "exclusiveMinimum": 0, "default": 1.0},
-                "weight_instance": {"type": "number", "minimum": 0, "default": 1.0},
-                "weight_memory": {"type": "number", "minimum": 0, "default": 1.0},
-                "weight_concept": {"type": "number", "minimum": 0, "default": 1.0},
-                "weight_pseudo_label": {"type": "number", "minimum": 0, "default": 1.0},
-                "queue_mask_same_image": {"type": "boolean", "default": True,
-                                          "description": "queue entries of the anchor's image are not negatives"},
-                "sinkhorn_epsilon": {"type": "number", "exclusiveMinimum": 0, "default": 0.05},
-                "sinkhorn_iterations": {"type": "integer", "minimum": 1, "default": 3},
-                "prototype_temperature": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
-                "pl_cross_modal": {"type": "boolean", "default": False,
-                                   "description": "image concepts predict the paired text's codes and vice versa"},
-            }),
-        },
-    }
+    schema = method_schema("coder")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

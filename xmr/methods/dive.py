@@ -23,15 +23,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from xmr.config import method_schema
 from xmr.errors import XmrError
 from xmr.losses.set_regularizers import mmd_rbf, pairwise_uniformity
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.augment import (SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, compact,
-                                region_keep_mask, text_augment_style_schema)
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.augment import augment_caption_batch, compact, region_keep_mask
 from xmr.models.image import LocalProjection
 from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
-from xmr.models.slot_attention import POSITION_LENGTHS, SetPredictionModule, sine_positions_1d, sine_positions_2d
+from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
 from xmr.similarity import set_similarity
 
 SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
@@ -83,57 +83,7 @@ class DivE(RetrievalModel):
     model_settings_class, loss_settings_class = DivEModel, DivELoss
     conformance_overrides = {"model": {"num_embeds": 3, "iterations": 2, "heads": 2, "dim_head": 8}}
     gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "num_embeds": {"type": "integer", "minimum": 1, "default": 4, "description": "K slots per sample"},
-                "iterations": {"type": "integer", "minimum": 1, "default": 4, "description": "T aggregation blocks"},
-                "heads": {"type": "integer", "minimum": 1, "default": 4},
-                "dim_head": {"type": "integer", "minimum": 1, "default": 512,
-                             "description": "code: 4 x 512 for every setting; paper D_h 2048 ROI / 1024 conv"},
-                "ff_mult": {"type": "integer", "minimum": 1, "default": 4},
-                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.1},
-                "pad_mode": {"enum": ["zero", "code"], "default": "zero",
-                             "description": "zero: padded inputs get no attention; code: the released 1/K quirk"},
-                "learnable_slots": {"type": "boolean", "default": True},
-                "slot_update": {"enum": ["residual", "gru"], "default": "residual"},
-                "add_global": {"type": "boolean", "default": True},
-                "image_residual_mlp": {"type": "boolean", "default": True},
-                "image_global_pool": {"enum": ["max", "mean"], "default": "max",
-                                      "description": "max: ROI features; mean: conv grids"},
-                "image_pos_enc": {"enum": ["none", "sine2d"], "default": "none"},
-                "text_local": {"enum": ["words", "hidden"], "default": "words",
-                               "description": "what the text SPM reads: word embeddings (code) / encoder outputs"},
-                "text_global": {"enum": list(POOLS), "default": "mean"},
-                "text_pos_enc": {"enum": ["none", "sine1d"], "default": "sine1d"},
-                "text_pos_length": {"enum": list(POSITION_LENGTHS), "default": "caption",
-                                    "description": "sine1d positions over the caption's own length (a function of "
-                                                   "the caption alone) or over the padded batch length (code: "
-                                                   "an embedding depends on its batch)"},
-                # the released COCO BUTD script's img_pie_lr_scale = txt_pie_lr_scale (paper Table: 0.1 COCO;
-                # F30K 0.05 code / 0.01 paper; not stated for ResNeXt+BERT): the recipes set the others
-                "spm_lr_scale": {"type": "number", "exclusiveMinimum": 0, "default": 0.1,
-                                 "description": "lr multiplier of the image projection + both SPMs (code)"},
-                "size_augment": SIZE_AUGMENT_SCHEMA,
-                "text_augment": TEXT_AUGMENT_SCHEMA,
-                "text_augment_style": text_augment_style_schema("mask_random_delete"),
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.2},
-                "similarity": {"enum": ["smooth_chamfer", "chamfer", "max", "mean"], "default": "smooth_chamfer"},
-                "alpha": {"type": "number", "exclusiveMinimum": 0, "default": 16.0},
-                "max_violation": {"type": "boolean", "default": True},
-                "reduction": {"enum": ["sum", "mean", "mean_negatives"], "default": "mean_negatives",
-                              "description": "DivE code: mean over the B x (B-1) (anchor, negative) hinges, or over anchors with the hardest negative (xmr/losses/triplet.py)"},
-                "mmd_weight": {"type": "number", "minimum": 0, "default": 0.01},
-                "mmd_gamma": {"type": "number", "exclusiveMinimum": 0, "default": 0.5},
-                "div_weight": {"type": "number", "minimum": 0, "default": 0.01},
-                "div_scale": {"type": "number", "exclusiveMinimum": 0, "default": 2.0},
-            }),
-        },
-    }
+    schema = method_schema("dive")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

@@ -37,23 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.config import method_schema
 from xmr.errors import XmrError
-from xmr.losses.orthogonal import DC_MODES, dynamic_orthogonal_loss
+from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.set_heads import ACTIVATIONS, NORM_POSITIONS, POOLS, PIEImageHead, PIETextHead
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.set_heads import POOLS, PIEImageHead, PIETextHead
 from xmr.similarity import set_similarity
-
-
-
-def nested_section(properties: dict) -> dict:
-    """A strict sub-section whose omitted keys all take their defaults."""
-    return {**strict_section(properties), "default": {}}
-
-
-MASK_MODES = ["gate", "loss_only", "drop_terms"]
-RANKINGS = ["variance_aware", "triplet_per_slot", "triplet_set"]
 
 
 def _mean_abs_offdiag_cos(x: torch.Tensor) -> torch.Tensor:
@@ -111,65 +102,7 @@ class DVSE(RetrievalModel):
     model_settings_class, loss_settings_class = DVSEModel, DVSELoss
     conformance_overrides = {"model": {"num_embeds": 3}}
     gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "num_embeds": {"type": "integer", "minimum": 1, "default": 6,
-                               "description": "K image sub-embeddings (6 COCO/F30K, 8 CUB); 1 = w/o SE"},
-                "attention": {"type": "boolean", "default": True,
-                              "description": "false: no sub-embedding heads, the image is LN(h_V(z)) alone"},
-                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
-                                     "description": "attention MLP width; null = input width / 2 (PVSE)"},
-                "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid", "description": "activation s"},
-                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
-                "layer_norm": {"enum": list(NORM_POSITIONS), "default": "sum",
-                               "description": "image side: sum = LN(h_V(z) + v̂) (the paper's formula); "
-                                              "per_term = LN(h_V(z)) + LN(v̂), neither term outweighs the other"},
-                "residual_scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.0,
-                                   "description": "image side: λ in LN(h_V(z) + λ v̂) (paper: 1)"},
-                "image_pool": {"enum": ["mean", "max"], "default": "mean", "description": "h_V before its FC"},
-                "text_pool": {"enum": list(POOLS), "default": "mean", "description": "h_T over the text outputs"},
-                "text_attention_input": {"enum": ["hidden", "words"], "default": "hidden",
-                                         "description": "hidden: z_t (paper formula); words: word embeddings (PVSE)"},
-                "dynamic_mask": nested_section({
-                    "enabled": {"type": "boolean", "default": True, "description": "DM of Table V"},
-                    "mode": {"enum": MASK_MODES, "default": "gate"},
-                    "seed": {"type": "integer", "default": 0, "description": "seed of the frozen projection W²"},
-                    "center": {"type": "boolean", "default": False,
-                               "description": "subtract a running mean of the pooled features before W²"},
-                    "momentum": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "default": 0.01},
-                }),
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.2, "description": "α of Eq. 10"},
-                "eta": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.6,
-                        "description": "η: L = η L_var + (1 - η) L_dc"},
-                "ranking": {"enum": RANKINGS, "default": "variance_aware"},
-                "t2i_negatives": {"enum": ["slotwise", "set"], "default": "slotwise"},
-                "reduction": {"enum": ["sum", "mean"], "default": "sum"},
-                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
-                                  "description": "sum of the hinges over all negatives before this epoch, then the "
-                                                 "hardest negative (card A13; paper: none). Hardest negatives "
-                                                 "from scratch can collapse every embedding to one point"},
-                "sigma": nested_section({
-                    "source": {"enum": ["cosine", "softmax"], "default": "cosine"},
-                    "detach": {"type": "boolean", "default": True},
-                    "t2i": {"enum": ["image_row", "column"], "default": "image_row"},
-                    "offset": {"type": "number", "minimum": 0, "default": 1.0, "description": "the +1 of Eq. 8"},
-                }),
-                "orthogonal": nested_section({
-                    "enabled": {"type": "boolean", "default": True, "description": "L_ort/L_dc of Table V"},
-                    "beta": {"type": "number", "minimum": 0, "default": 0.4},
-                    "mode": {"enum": list(DC_MODES), "default": "mean"},
-                    "unit_vectors": {"type": "boolean", "default": True},
-                    "target": {"enum": ["residuals", "embeddings"], "default": "residuals",
-                               "description": "residuals: v̂ (Eq. 4); embeddings: the final sub-embeddings v"},
-                }),
-            }),
-        },
-    }
+    schema = method_schema("dvse")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

@@ -29,14 +29,14 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from xmr.config import method_schema
 from xmr.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, released_vib_kl, sample_gaussian,
                                       soft_contrastive_loss, uniformity_loss)
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.augment import TEXT_AUGMENT_SCHEMA, augment_caption_batch, text_augment_style_schema
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.augment import augment_caption_batch
 from xmr.models.pooling import mean_pool
-from xmr.models.set_heads import (POOLS, MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local,
-                                  text_local_dim)
+from xmr.models.set_heads import MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local, text_local_dim
 
 # pcme_score -> the xmr.similarity measure eval.similarity must name (or "model")
 SCORE_MEASURES = {"log_match_prob": "log_match_prob", "match_prob": "match_prob", "mean_cosine": "cosine",
@@ -112,63 +112,7 @@ class PCMELoss:
 class PCME(RetrievalModel):
     model_settings_class, loss_settings_class = PCMEModel, PCMELoss
     gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "num_samples": {"type": "integer", "minimum": 1, "default": 7,
-                                "description": "J samples per item in training (J×J pairs per image-caption pair)"},
-                "num_samples_eval": {"type": "integer", "minimum": 1, "default": 7,
-                                     "description": "J at test time (released: n_samples_inference 7)"},
-                "eval_seed": {"type": "integer", "default": 0,
-                              "description": "seed of the fixed test-time noise (deterministic scores)"},
-                "pcme_score": {"enum": list(SCORE_MEASURES), "default": "log_match_prob",
-                               "description": "test-time ranking: log_match_prob (paper's ranking by the mean "
-                                              "over J×J sample pairs of the match probability, stored as its "
-                                              "log: no float32 underflow), match_prob (the probability itself; "
-                                              "far pairs tie at 0), mean_cosine (cosine of the means μ), "
-                                              "sample_mean_dot (released configs' eval_method matmul: sum of "
-                                              "J×J sample dot products)"},
-                "init_scale": {"type": "number", "default": 15.0,
-                               "description": "initial a in σ(-a·d + b) (released: init_negative_scale)"},
-                "init_shift": {"type": "number", "default": 15.0,
-                               "description": "initial b (released: init_shift)"},
-                "match_sigmoid": {"enum": list(LOGIT_SCALES), "default": "released",
-                                  "description": "released: σ(x) = eˣ/(eˣ+e⁻ˣ) = logistic(2x); "
-                                                 "paper: logistic(x)"},
-                "pie_dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
-                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
-                                     "description": "hidden width of every attention head; null = input width // 2 "
-                                                    "(released: 1024 for 2048-d CNN features, 150 for 300-d words)"},
-                "text_pool": {"enum": list(POOLS), "default": "last",
-                              "description": "sentence vector from the text encoder's outputs (released: last)"},
-                "text_attention_input": {"enum": ["words", "hidden"], "default": "words",
-                                         "description": "what the caption attention heads read: word embeddings "
-                                                        "(released; bigru only) or the encoder's outputs"},
-                "text_sigma_branch": {"enum": ["gru", "linear"], "default": "gru",
-                                      "description": "global term of the caption log σ: a BiGRU over the attention "
-                                                     "input read at the last word (released) or FC(sentence vector)"},
-                "text_augment": {**TEXT_AUGMENT_SCHEMA, "default": 0.1,
-                                 "description": "training-time caption word drop prob (released "
-                                                "caption_drop_prob 0.1, COCO and CUB); 0 = off"},
-                "text_augment_style": text_augment_style_schema("unk_then_delete"),
-            }),
-            "loss": strict_section({
-                "vib_beta": {"type": "number", "minimum": 0, "default": 1e-5, "description": "β of the KL term"},
-                "vib_kl": {"enum": ["gaussian", "released"], "default": "gaussian",
-                           "description": "gaussian: exact KL(N(μ, σ²) ‖ N(0, I)) (paper); released: log σ "
-                                          "read as log-variance and μ replaced by the mean of the samples"},
-                "reduction": {"enum": ["sum", "mean"], "default": "sum",
-                              "description": "over image-caption pairs (and items for the KL); released: sum"},
-                "count_both_directions": {"type": "boolean", "default": True,
-                                          "description": "released: i2t + t2i, which are the same pairs, so the "
-                                                         "match loss is counted twice"},
-                "uniform_weight": {"type": "number", "minimum": 0, "default": 0.0,
-                                   "description": "uniformity loss weight (released CUB config: 10)"},
-            }),
-        },
-    }
+    schema = method_schema("pcme")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

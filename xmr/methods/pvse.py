@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from xmr.config import method_schema
 from xmr.losses.set_regularizers import gram_diversity, mmd_rbf
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.set_heads import ACTIVATIONS, PIEImageHead, PIETextHead
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.set_heads import PIEImageHead, PIETextHead
 from xmr.similarity import set_similarity
-
-TRAIN_SIMILARITIES = ["max", "mean", "chamfer", "smooth_chamfer"]
 
 
 @dataclass(frozen=True)
@@ -56,41 +55,7 @@ class PVSE(RetrievalModel):
     model_settings_class, loss_settings_class = PVSEModel, PVSELoss
     conformance_overrides = {"model": {"num_embeds": 2}}
     gathered_loss = True  # the loss reads the forward's per-pair tensors only: DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "num_embeds": {"type": "integer", "minimum": 1, "default": 2,
-                               "description": "K embeddings per image and per caption"},
-                "attention_hidden": {"type": ["integer", "null"], "minimum": 1, "default": None,
-                                     "description": "attention MLP width; null = input width / 2 (PVSE)"},
-                "activation": {"enum": list(ACTIVATIONS), "default": "sigmoid"},
-                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.0},
-                "image_pool": {"enum": ["mean", "max"], "default": "mean"},
-                "text_pool": {"enum": ["mean", "max", "last", "final"], "default": "mean",
-                              "description": "sentence vector from the GRU outputs: mean / max / last word (code "
-                                             "with --legacy, the released models) / final states (code without "
-                                             "--legacy; needs text.bigru_directions: concat)"},
-                "text_attention_input": {"enum": ["words", "hidden"], "default": "words",
-                                         "description": "words: word embeddings (PVSE code); hidden: GRU outputs"},
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.1},
-                "max_violation": {"type": "boolean", "default": True},
-                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
-                                  "description": "sum of hinges before this epoch, then the hardest negative "
-                                                 "(VSE∞'s vse_mean_warmup_epochs; the PVSE code has none)"},
-                "reduction": {"enum": ["sum", "mean", "mean_pairs"], "default": "mean_pairs",
-                              "description": "PVSE code: mean over all B x B hinge entries (zeroed positives included), or over anchors with the hardest negative (xmr/losses/triplet.py)"},
-                "similarity": {"enum": TRAIN_SIMILARITIES, "default": "max",
-                               "description": "set similarity inside the triplet loss (max = MIL)"},
-                "div_weight": {"type": "number", "minimum": 0, "default": 0.1},
-                "mmd_weight": {"type": "number", "minimum": 0, "default": 0.01},
-                "mmd_gamma": {"type": "number", "exclusiveMinimum": 0, "default": 0.5},
-            }),
-        },
-    }
+    schema = method_schema("pvse")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

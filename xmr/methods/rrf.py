@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.losses.bi_rank import NEGATIVE_SELECTIONS, bi_rank_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
+from xmr.config import method_schema
+from xmr.losses.bi_rank import bi_rank_loss
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.pooling import mean_pool
 
 FUSIONS = ("conv", "sum", "none")
@@ -121,36 +122,7 @@ class RRFNetLoss:
 class RRFNet(RetrievalModel):
     model_settings_class, loss_settings_class = RRFNetModel, RRFNetLoss
     gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "hidden_dim": {"type": "integer", "minimum": 1, "default": 2048},
-                "rrf": {"type": "boolean", "default": True, "description": "false = the 4-layer baseline"},
-                "steps": {"type": "integer", "minimum": 0, "default": 3,
-                          "description": "T: FC3 is applied T+1 times (T=3 -> 4 applications)"},
-                "fusion": {"enum": list(FUSIONS), "default": "conv"},
-                "input_bn": {"type": "boolean", "default": True, "description": "[C] BN on the raw input vectors"},
-                "fusion_bn": {"type": "boolean", "default": True,
-                              "description": "[C] scalar BN + ReLU after conv/sum fusion"},
-                "dropout": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5},
-                "init_std": {"type": "number", "exclusiveMinimum": 0, "default": 0.05},
-                "bias_lr_mult": {"type": "number", "minimum": 0, "default": 2.0,
-                                 "description": "[C] lr_mult of biases and BN betas"},
-                "bias_weight_decay": {"type": "boolean", "default": False,
-                                      "description": "[C] decay_mult 0 for biases and BN betas"},
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.1},
-                "n_neg": {"type": "integer", "minimum": 1, "default": 50},
-                "weights": {"type": "array", "items": {"type": "number", "minimum": 0}, "minItems": 4,
-                            "maxItems": 4, "default": [1.0, 0.5, 2.0, 1.0],
-                            "description": "(i2t cross, i2t intra, t2i cross, t2i intra)"},
-                "negatives": {"enum": list(NEGATIVE_SELECTIONS), "default": "most_violating"},
-            }),
-        },
-    }
+    schema = method_schema("rrf")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

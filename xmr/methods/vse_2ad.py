@@ -15,29 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmr.config import method_schema
 from xmr.losses.adaptive_objective import adopt_loss
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.methods.vse_inf import GPO_SCHEMA
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
-from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
+from xmr.models.augment import augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import max_pool, mean_pool
-
-POOLS = ["adpool", "mean", "max", "kmax", "gpo"]
-
-ADPOOL_SCHEMA = strict_section({
-    "token_weight": {"enum": ["per_dim", "scalar"], "default": "per_dim",
-                     "description": "per_dim: Linear(d, d) + ReLU (code); scalar: Linear(d, 1) (paper Eq. 3)"},
-    "mask_pad_in_token_softmax": {"type": "boolean", "default": False,
-                                  "description": "false: padded tokens take softmax mass (code); true: valid only"},
-    "branches": {"enum": ["both", "token", "embedding"], "default": "both",
-                 "description": "Table 3: token = '-emb ADPOOL', embedding = '-tok ADPOOL'"},
-    "fixed_balance": {"type": ["array", "null"], "items": {"type": "number"}, "default": None,
-                      "description": "[w_tok, w_emb] instead of the learned balance (Table C-2)"},
-})
-ADPOOL_SCHEMA["default"] = {}
 
 
 class Pool(nn.Module):
@@ -94,47 +80,7 @@ class VSE2ADLoss:
 class VSE2AD(RetrievalModel):
     model_settings_class, loss_settings_class = VSE2ADModel, VSE2ADLoss
     gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "residual_mlp": {"type": "boolean", "default": True,
-                                 "description": "FC + 2-layer MLP residual (regions, code); false = FC (grid/patch)"},
-                "image_pool": {"enum": POOLS, "default": "adpool"},
-                "text_pool": {"enum": POOLS, "default": "adpool",
-                              "description": "Table 3 '-ADPOOL' = mean for both; Table 4 'Manual' = kmax image, "
-                                             "mean text"},
-                "kmax_k": {"type": "integer", "minimum": 1, "default": 5},
-                "adpool": ADPOOL_SCHEMA,
-                "gpo": GPO_SCHEMA,
-                "size_augment": SIZE_AUGMENT_SCHEMA,
-                "text_augment": TEXT_AUGMENT_SCHEMA,
-            }),
-            "loss": strict_section({
-                "name": {"enum": ["adopt", "triplet"], "default": "adopt",
-                         "description": "triplet = the '-ADOPT' ablation (VSE++ with VSE0 warm-up)"},
-                "k_rule": {"enum": ["code", "paper"], "default": "code"},
-                "k_mode": {"enum": ["adaptive", "constant", "random"], "default": "adaptive"},
-                "const_k": {"type": "integer", "minimum": 1, "default": 3},
-                "scale": {"type": "number", "exclusiveMinimum": 0, "default": 1.25,
-                          "description": "exponent p of the code's K rule"},
-                "tau": {"type": "number", "exclusiveMinimum": 0, "default": 0.05},
-                "margin": {"type": "number", "minimum": 0, "default": 0.2,
-                           "description": "ADOPT: added to negative logits (code; paper: 0); triplet: the margin"},
-                "diag_mask": {"enum": ["neg_inf", "zero"], "default": "neg_inf",
-                              "description": "zero = the code (a positive can be picked as a negative)"},
-                "direction_reduce": {"enum": ["mean", "sum"], "default": "mean",
-                                     "description": "mean of the two directions (code); sum (paper)"},
-                "positive_in_denominator": {"type": "boolean", "default": True,
-                                            "description": "false = the paper's printed InfoNCE"},
-                "guard_negative_base": {"type": "boolean", "default": True,
-                                        "description": "false = the code (fails when γ_align + γ_unif < 0)"},
-                "warmup_epochs": {"type": "number", "minimum": 0, "default": 1,
-                                  "description": "triplet only: epochs of summed hinges before the hardest"},
-            }),
-        },
-    }
+    schema = method_schema("vse_2ad")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

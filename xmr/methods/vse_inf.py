@@ -11,21 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
+from xmr.config import method_schema
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
-from xmr.models.augment import SIZE_AUGMENT_SCHEMA, TEXT_AUGMENT_SCHEMA, augment_caption_batch, drop_regions
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
+from xmr.models.augment import augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
-from xmr.models.pooling import L2_NORMS, l2_normalize
-
-GPO_SCHEMA = strict_section({
-    "pe_dim": {"type": "integer", "minimum": 2, "default": 32},
-    "hidden_dim": {"type": "integer", "minimum": 1, "default": 32},
-    "mlp_layers": {"enum": [1, 2], "default": 1,
-                   "description": "score head: 1 = Linear(hidden, 1) (released code); 2 = two-layer MLP"},
-    "temperature": {"type": "number", "exclusiveMinimum": 0, "default": 0.1},
-})
-GPO_SCHEMA["default"] = {}
+from xmr.models.pooling import l2_normalize
 
 
 # -- the method ------------------------------------------------------------------------------------------------
@@ -52,28 +44,7 @@ class VSEInfinityLoss:
 class VSEInfinity(RetrievalModel):
     model_settings_class, loss_settings_class = VSEInfinityModel, VSEInfinityLoss
     gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "residual_mlp": {"type": "boolean", "default": True,
-                                 "description": "FC + 2-layer MLP residual (region features); false = FC (grids)"},
-                "gpo": GPO_SCHEMA,
-                "l2_norm": {"enum": list(L2_NORMS), "default": "clamp",
-                            "description": "clamp: x / max(|x|, 1e-12) (F.normalize); plus_eps: x / (|x| + 1e-8), "
-                                           "the released code's l2norm (imported checkpoints use it)"},
-                "size_augment": SIZE_AUGMENT_SCHEMA,
-                "text_augment": TEXT_AUGMENT_SCHEMA,
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.2},
-                "warmup_epochs": {"type": "number", "minimum": 0, "default": 1,
-                                  "description": "epochs of summed hinges (VSE0) before the hardest negative"},
-                "reduction": {"enum": ["sum", "mean"], "default": "sum"},
-            }),
-        },
-    }
+    schema = method_schema("vse_inf")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

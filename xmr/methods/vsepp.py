@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
+from xmr.config import method_schema
 from xmr.losses.triplet import triplet_loss
-from xmr.methods.base import METHODS, MethodSettings, RetrievalModel, strict_section
+from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.image import LocalProjection
 from xmr.models.pooling import last_pool, max_pool, mean_pool
 
@@ -37,32 +38,7 @@ class VSEPPLoss:
 class VSEPP(RetrievalModel):
     model_settings_class, loss_settings_class = VSEPPModel, VSEPPLoss
     gathered_loss = True  # the loss reads only (img, txt, positives): DDP may gather the global batch
-    schema = {
-        "type": "object",
-        "properties": {
-            "model": strict_section({
-                "embed_dim": {"type": "integer", "minimum": 1},
-                "residual_mlp": {"type": "boolean", "default": False},
-                "image_pool": {"enum": list(POOLS), "default": "mean"},
-                "text_pool": {"enum": list(POOLS), "default": "mean"},
-                # no default, so that the recipes' resolved configs stay as they were: absent = regions
-                "image_encoder": {"enum": ["regions", "full_image"],
-                                  "description": "regions (absent): fc on every region, then image_pool; "
-                                                 "full_image: VSE++'s EncoderImageFull on a backbone's output: "
-                                                 "image_pool first (the CNN's avgpool), l2-normalise the pooled "
-                                                 "vector, then fc (imported full-image checkpoints)"},
-            }),
-            "loss": strict_section({
-                "margin": {"type": "number", "minimum": 0, "default": 0.2},
-                "max_violation": {"type": "boolean", "default": True,
-                                  "description": "hardest negative (VSE++); false = sum of hinges (VSE0)"},
-                "reduction": {"enum": ["sum", "mean"], "default": "sum"},
-                "warmup_epochs": {"type": "number", "minimum": 0, "default": 0,
-                                  "description": "sum of hinges before this epoch, then hardest negative "
-                                                 "(VSE∞'s vse_mean_warmup_epochs; avoids early collapse)"},
-            }),
-        },
-    }
+    schema = method_schema("vsepp")
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__(settings, image_dim, vocab_words)

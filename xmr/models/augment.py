@@ -28,30 +28,6 @@ from xmr.models.pooling import length_mask
 SIZE_AUGMENT_MODES = ("none", "region", "count", "grid")
 TEXT_AUGMENT_STYLES = ("mask_random_delete", "delete", "unk_then_delete")
 
-# JSON-schema pieces for the methods' ``model`` sections (plain dicts: this module must not import xmr.methods)
-SIZE_AUGMENT_SCHEMA = {
-    "type": "object", "additionalProperties": False, "default": {},
-    "properties": {
-        "mode": {"enum": list(SIZE_AUGMENT_MODES), "default": "region",
-                 "description": "region: drop each region with prob p (VSE∞/DivE precomputed regions); count: drop "
-                                "exactly floor(p·n) of an image's n regions (DivE paper wording); grid: with prob "
-                                "1-p drop each cell with prob p·r, r ~ U(p, 1) (VSE∞ backbone grids); none: off"},
-        "p": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2},
-    },
-}
-
-TEXT_AUGMENT_SCHEMA = {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2,
-                       "description": "per-token perturbation prob (what happens to a hit token: "
-                                      "text_augment_style, default 50% mask, 10% random token, 40% delete); 0 = off"}
-
-
-def text_augment_style_schema(default: str = "mask_random_delete") -> dict:
-    """Schema of ``model.text_augment_style`` with a method's own default."""
-    return {"enum": list(TEXT_AUGMENT_STYLES), "default": default,
-            "description": "mask_random_delete: hit tokens masked 50% / random 10% / deleted 40% (VSE∞, DivE code); "
-                           "delete: hit tokens deleted (DivE paper); unk_then_delete: hit tokens -> <unk>, then "
-                           "floor(p·n) random tokens deleted (PCME code)"}
-
 
 def _rand(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
     if generator is None:
@@ -174,6 +150,5 @@ def augment_caption_batch(batch: dict, text_encoder, p: float, style: str = "mas
     return batch
 
 
-__all__ = ["SIZE_AUGMENT_MODES", "TEXT_AUGMENT_STYLES", "SIZE_AUGMENT_SCHEMA", "TEXT_AUGMENT_SCHEMA",
-           "text_augment_style_schema", "compact", "region_keep_mask", "drop_regions", "augment_token_ids",
+__all__ = ["SIZE_AUGMENT_MODES", "TEXT_AUGMENT_STYLES", "compact", "region_keep_mask", "drop_regions", "augment_token_ids",
            "augment_caption_batch"]

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
-import torch
 
 from xmr.errors import XmrError
+from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.registry import Registry
 
 T = TypeVar("T")

@@ -23,9 +23,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from xmr.errors import XmrError
+from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks, map_blocks
 
 

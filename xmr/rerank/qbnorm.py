@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from xmr.errors import XmrError
+from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 from xmr.rerank.fast import _first_argmax, lse_stats
 

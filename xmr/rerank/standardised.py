@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 import xmr.rerank.dual_softmax  # noqa: F401  (the base re-rankers are registered before their readings)
 import xmr.rerank.fast  # noqa: F401
 import xmr.rerank.inverted_softmax  # noqa: F401
 from xmr.errors import XmrError
+from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring
 
 #: parameters every ``_val`` reading adds to its base re-ranker's
