@@ -154,3 +154,24 @@ def test_load_yaml_parses_each_text_once_and_hands_out_copies(tmp_path, monkeypa
         config.load_yaml(p)
     with pytest.raises(XmrError, match="config file not found"):
         config.load_yaml(tmp_path / "missing.yaml")
+
+
+def test_load_validated_validates_each_text_once_and_hands_out_copies(tmp_path, monkeypatch):
+    # planning the seeded benchmark loaded and validated its file once per planned job (868 jsonschema runs, ~4 s)
+    from xmr import config
+
+    calls = []
+    real = config.validate
+    monkeypatch.setattr(config, "validate", lambda doc, schema, src: calls.append(src) or real(doc, schema, src))
+    config._validated.cache_clear()
+    p = tmp_path / "backbone.yaml"
+    p.write_text("name: vgg19\n")
+    first = config.load_validated(p, "backbone")
+    assert first["input_size"] == 224 and first["batch_size"] == 32  # the schema's defaults filled
+    first["input_size"] = 99  # a caller changing its copy
+    assert config.load_validated(p, "backbone")["input_size"] == 224 and len(calls) == 1
+    p.write_text("name: vgg19\ninput_size: 256\n")  # rewritten: validated again
+    assert config.load_validated(p, "backbone")["input_size"] == 256 and len(calls) == 2
+    p.write_text("name: vgg19\ninput_sise: 256\n")
+    with pytest.raises(XmrError, match=r"backbone.yaml: unknown key 'input_sise'; did you mean: input_size\?"):
+        config.load_validated(p, "backbone")

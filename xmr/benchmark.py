@@ -114,15 +114,14 @@ def benchmark_names(config_dir: str | os.PathLike = "config") -> list[str]:
 
 def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLike | None = None) -> Benchmark:
     """Load and validate a benchmark file; its recipes must exist and its claims must name its variants."""
-    from xmr.config import load_yaml, validate
+    from xmr.config import load_validated
     from xmr.rerank import RERANKERS
 
     path = benchmark_path(name_or_path, config_dir or "config")
     if config_dir is None:
         config_dir = path.parent.parent if path.parent.name == "benchmark" else Path("config")
-    doc = load_yaml(path)
+    doc = load_validated(path, "benchmark")
     src = str(path)
-    validate(doc, "benchmark", src)
     if doc["name"] != path.stem:
         raise XmrError(f"{src}: name: {doc['name']!r} must equal the file name {path.stem!r}")
     known = list(RERANKERS.names())

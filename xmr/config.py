@@ -28,21 +28,42 @@ def _parsed(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def load_yaml(path: str | os.PathLike) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise XmrError(f"{path}: config file not found")
+def _mapping(src: str, text: str) -> dict:
+    """The parsed mapping of a YAML file's ``text`` (shared: callers copy it before changing it)."""
     try:
-        doc = _parsed(path.read_text())
+        doc = _parsed(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise XmrError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', e)}") from None
+        raise XmrError(f"{src}: invalid YAML{where}: {getattr(e, 'problem', e)}") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise XmrError(f"{path}: expected a mapping at the top level")
-    return copy.deepcopy(doc)  # the caller's own: configs are merged and filled in place
+        raise XmrError(f"{src}: expected a mapping at the top level")
+    return doc
+
+
+def _text(path: Path) -> str:
+    if not path.exists():
+        raise XmrError(f"{path}: config file not found")
+    return path.read_text()
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    path = Path(path)
+    return copy.deepcopy(_mapping(str(path), _text(path)))  # the caller's own: configs are merged and filled in place
+
+
+def load_validated(path: str | os.PathLike, schema: str) -> dict:
+    """``load_yaml(path)`` validated against ``xmr/schemas/{schema}.schema.yaml``, defaults filled. Validated once
+    per text in a process: planning the seeded benchmark reads its file once per planned job (868 times)."""
+    path = Path(path)
+    return copy.deepcopy(_validated(str(path), _text(path), schema))
+
+
+@lru_cache(maxsize=64)
+def _validated(src: str, text: str, schema: str) -> dict:
+    return validate(copy.deepcopy(_mapping(src, text)), schema, src)
 
 
 def deep_merge(base: dict, over: dict) -> dict:

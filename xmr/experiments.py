@@ -170,7 +170,7 @@ def load_experiment(name_or_path: str | os.PathLike, config_dir: str | os.PathLi
 
     Its recipes are looked up in ``config_dir``; by default the ``config/`` folder holding the file's
     ``experiments/`` folder (else ``./config``)."""
-    from xmr.config import load_yaml, validate
+    from xmr.config import load_validated
 
     path = experiment_path(name_or_path, config_dir or "config")
     if config_dir is None:
@@ -178,9 +178,8 @@ def load_experiment(name_or_path: str | os.PathLike, config_dir: str | os.PathLi
     if not path.exists():
         known = sorted(p.stem for p in (Path(config_dir) / "experiments").glob("*.yaml"))
         raise XmrError(f"{path}: experiment file not found (experiments: {', '.join(known) or 'none'})")
-    doc = load_yaml(path)
+    doc = load_validated(path, "experiment")
     src = str(path)
-    validate(doc, "experiment", src)
     if doc["name"] != path.stem:
         raise XmrError(f"{src}: name: {doc['name']!r} must equal the file name {path.stem!r}")
     known_rerankers = rerankers()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xmr.config import deep_merge, load_yaml, validate
+from xmr.config import deep_merge, load_validated
 from xmr.errors import XmrError
 
 def report_settings(dataset: str, config_dir: str | os.PathLike = "config") -> dict:
@@ -16,7 +16,7 @@ def report_settings(dataset: str, config_dir: str | os.PathLike = "config") -> d
     if not path.exists():
         raise XmrError(f"{path}: not found; the report reads its settings from it (copy the repository's "
                        f"config/report.yaml)")
-    doc = validate(load_yaml(path), "report", str(path))
+    doc = load_validated(path, "report")
     return deep_merge(doc["default"], (doc.get("datasets") or {}).get(dataset, {}))
 
 
