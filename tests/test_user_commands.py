@@ -127,6 +127,10 @@ def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
     assert "launching:" not in r.stdout and not (tmp_path / "runs").exists()
 
 
+NOT_A_RUN = ("not found; nowhere is not a run directory (train it with `xmr train`, or import one with "
+             "`xmr import-checkpoint`)")
+
+
 @pytest.mark.parametrize("args,says", [
     (["train", "--run", "runs/synth/dvse", "--out-dir", "elsewhere"],
      "--run RUN_DIR names both the config and the run directory: drop --config/--experiment/--out-dir"),
@@ -138,6 +142,8 @@ def test_ddp_launch_on_a_missing_dataset_is_xmrs_one_line(tmp_path):
      "--images given alone: give both --images and --captions"),
     (["extract", "--dataset", "synth", "--backbone", "efficientnet_lite0_128", "--split", "val", "--out",
       "elsewhere/val.h5", "--threads", "0"], "--threads 0: give a positive number of CPU threads"),
+    (["score", "--run", "nowhere", "--out", "elsewhere/S.npy"], f"nowhere/config.yaml: {NOT_A_RUN}"),
+    (["test", "--run", "nowhere", "--sims", "S.npy", "--out", "elsewhere/r.json"], f"nowhere/config.yaml: {NOT_A_RUN}"),
 ])
 def test_option_mistakes_fail_before_torch_is_imported(args, says):
     # each a one-line error naming what to drop or add, and at once: the options are checked before torch loads

@@ -15,6 +15,9 @@ def run(args):
     import numpy as np
 
     from xmr.io import atomic_path
+    from xmr.run_config import load_saved_config
+
+    load_saved_config(args.run)  # a missing or unreadable run directory fails in one line, before torch loads
     from xmr.inference import score_split
 
     sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress)

@@ -20,6 +20,9 @@ def add_arguments(p):
 
 def run(args):
     from xmr.errors import XmrError
+    from xmr.run_config import load_saved_config
+
+    load_saved_config(args.run)  # a missing or unreadable run directory fails in one line, before torch loads
     from xmr.results import evaluate_run, write_results
 
     if args.reranks:
