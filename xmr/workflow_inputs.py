@@ -216,13 +216,12 @@ def feature_dirs(config_dir: str | Path = "config") -> list[str]:
     """Every ``features.dir`` the recipes and method files name (plus the schema default ``features``): the
     values the feature rules' ``{fdir}`` wildcard may take. Read without validation (it runs when the workflow
     is parsed)."""
-    import yaml
+    from xmr.config import load_yaml
 
     dirs = {"features"}
     root = Path(config_dir)
     for p in sorted([*root.glob("recipes/*/*.yaml"), *root.glob("methods/*.yaml")]):
-        doc = yaml.safe_load(p.read_text()) or {}
-        value = (doc.get("features") or {}).get("dir") if isinstance(doc, dict) else None
+        value = (load_yaml(p).get("features") or {}).get("dir")
         if isinstance(value, str) and value:
             dirs.add(value.rstrip("/"))
     return sorted(dirs)
