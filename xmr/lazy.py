@@ -9,7 +9,7 @@ the first attribute looked up on it (``torch.cat``, ``torch.Tensor``) and then h
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class LazyModule:
@@ -27,4 +27,7 @@ class LazyModule:
         return f"<lazily imported module {self._name!r}>"
 
 
-torch = LazyModule("torch")
+if TYPE_CHECKING:  # type checkers see torch itself
+    import torch
+else:
+    torch = LazyModule("torch")
