@@ -78,6 +78,15 @@ def test_run_schema_name_lists_are_the_registries(monkeypatch):
     assert cfg["eval"]["similarity"] == name
 
 
+def test_checkpoint_formats_in_the_run_schema_are_the_registry():
+    from xmr.checkpoints import CHECKPOINT_FORMATS
+
+    formats = load_schema("run")["properties"]["checkpoint"]["properties"]["format"]["enum"]
+    assert formats == CHECKPOINT_FORMATS.names()
+    with pytest.raises(XmrError, match=r"checkpoint.format: 'vse_infinity' is not one of \['pcme', 'pvse', 'vse_in"):
+        load_run_config(REPO / "config/recipes/coco/vse_inf_official_bigru.yaml", ["checkpoint.format=vse_infinity"])
+
+
 PLANNING = """
 import sys
 from xmr.benchmark import load_benchmark
@@ -104,13 +113,20 @@ def test_what_planning_reads_loads_without_torch_and_torch_comes_on_first_use():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-def test_planning_the_demo_with_snakemake_imports_no_torch():
-    """`snakemake -n` on the demo's targets (each cluster job starts Snakemake again): torch's import was 2-3 s of
+@pytest.mark.parametrize("targets,planned", [
+    (["results/synth/dvse.json", "results/synth/dvse_fr.json"], "rule train:"),  # the demo
+    # a published checkpoint (docs/checkpoints.md), on a clone without COCO: the preflight names the file
+    (["results/coco/vse_inf_official_bigru_fr.json"], "checkpoint (vse_infty)"),
+], ids=["demo", "published_checkpoint"])
+def test_planning_with_snakemake_imports_no_torch(targets, planned):
+    """`snakemake -n` as the user types it (each cluster job starts Snakemake again): torch's import was 2-3 s of
     every start on the 2-core development VM."""
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "--nolock", "-c2", "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "--nolock", "-c2", *targets]
     r = subprocess.run(cmd, cwd=REPO, env={**xmr_env(), "PYTHONPROFILEIMPORTTIME": "1"}, capture_output=True,
                        text=True, timeout=300)
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")]
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    shown = r.stdout + "\n".join(ln for ln in r.stderr.splitlines() if not ln.startswith("import time:"))
+    assert r.returncode == 0, shown[-3000:]
     assert "xmr.run_config" in imported and "xmr.rerank" in imported  # it did validate and parse the targets
+    assert planned in shown, shown[-3000:]
     assert "torch" not in imported

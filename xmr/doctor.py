@@ -246,10 +246,11 @@ def _check_text(rep: Report, cfg: dict, dataset: str, config_dir: str | Path) ->
 def _check_checkpoint(rep: Report, spec: dict) -> None:
     """A recipe that imports a published checkpoint: the official file and its vocabulary, and where the authors
     publish them."""
-    from xmr.checkpoints import CHECKPOINT_FORMATS
+    published = spec.get("published")  # the recipe names this model's own file
+    if not published:  # the format's page (the registry imports torch: only when the recipe names none)
+        from xmr.checkpoints import CHECKPOINT_FORMATS
 
-    fmt = CHECKPOINT_FORMATS.get(spec["format"])
-    published = spec.get("published") or fmt.published_at  # the recipe names this model's own file
+        published = CHECKPOINT_FORMATS.get(spec["format"]).published_at
     where = f"download it from {published}" if published else "download it from the authors' release"
     rep.add(f"checkpoint ({spec['format']})", spec["src"], Path(spec["src"]).is_file(),
             f"{where}; put it at {spec['src']} or set checkpoint.src in the recipe (docs/checkpoints.md)")

@@ -21,10 +21,10 @@ from xmr.registry import PLUGINS_ENV
 
 
 def run_schema() -> dict:
-    """The run schema. Its name lists, ``text.encoder`` (text encoders) and ``eval.similarity`` (similarity
-    measures, plus ``model``: the method's own), are the built-in ones written in the schema, so that validating
-    a run config imports no torch; with ``$XMR_PLUGINS`` set they are read from the registries, plugins' entries
-    included (a name registered later is in the next call's schema)."""
+    """The run schema. Its name lists, ``text.encoder`` (text encoders), ``eval.similarity`` (similarity
+    measures, plus ``model``: the method's own) and ``checkpoint.format`` (the checkpoint formats), are written
+    in the schema, so that validating a run config imports no torch; with ``$XMR_PLUGINS`` set the first two are
+    read from the registries, plugins' entries included (a name registered later is in the next call's schema)."""
     if not os.environ.get(PLUGINS_ENV, "").strip():
         return load_schema("run")
     import xmr.methods  # noqa: F401 - imports the plugins, which may register text encoders and measures
