@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,23 @@ class TinySynth:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path
+
+
+@pytest.fixture(scope="module")
+def module_tmp(request, tmp_path_factory) -> Iterator[Callable[[str], Path]]:
+    """``tmp_path_factory.mktemp`` for a module's fixtures, whose folders go when the module ends unless one of its
+    tests failed: the released checkpoints and trained runs add up to GBs, and a full disk once failed CI."""
+    made: list[Path] = []
+    failed_before = request.session.testsfailed
+
+    def mktemp(name: str) -> Path:
+        made.append(tmp_path_factory.mktemp(name))
+        return made[-1]
+
+    yield mktemp
+    if request.session.testsfailed == failed_before:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

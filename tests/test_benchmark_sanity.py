@@ -14,14 +14,14 @@ REPO_METHODS = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf
 
 
 @pytest.fixture(scope="module")
-def small_synth(tmp_path_factory):
+def small_synth(module_tmp):
     """synth v2 at 64 px: 360 training, 40 validation and 100 test images with EfficientNet-Lite0 features."""
     from xmr.config import load_backbone_config, load_dataset_config
     from xmr.data import load_split
     from xmr.data.synth import generate_synth
     from xmr.features.extract import extract_features
 
-    root = tmp_path_factory.mktemp("sanity_synth")
+    root = module_tmp("sanity_synth")
     cfg_dir = root / "config"
     (cfg_dir / "datasets").mkdir(parents=True)
     ds = yaml.safe_load((REPO_METHODS.parent / "datasets" / "synth.yaml").read_text())

@@ -126,8 +126,8 @@ def test_documented_command_reproduces_the_reference(tmp_path, one_thread, fmt, 
 
 # -- PVSE and PCME: ResNet-152 end to end from image files, nltk tokens of free text ---------------------------
 @pytest.fixture(scope="module")
-def pvse_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pvse")
+def pvse_run(module_tmp):
+    tmp = module_tmp("pvse")
     src = tmp / "coco_pvse.pth"  # DataParallel `module.` copy, pre-zip container, CUDA-tagged storages
     state = {"module." + k: v for k, v in layout_state(FIX / "pvse" / "full_layout.json").items()}
     with py2pickle.cuda_tagged():
@@ -156,8 +156,8 @@ def test_pvse_documented_command_on_captions_and_image_files(pvse_run, one_threa
 
 
 @pytest.fixture(scope="module")
-def pcme_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pcme")
+def pcme_run(module_tmp):
+    tmp = module_tmp("pcme")
     tiny = torch.load(FIX / "pcme" / "tiny_coco.pth", weights_only=False)
     half = {k: (v.half() if v.is_floating_point() else v)
             for k, v in layout_state(FIX / "pcme" / "full_layout.json").items()}

@@ -29,16 +29,16 @@ TOL = 1e-5
 BIAS_BEFORE_BN = "image_proj.mlp.layers.0.bias"
 
 
-def _imported(tmp_path_factory, name: str, src: Path, vocab: Path) -> Path:
+def _imported(module_tmp, name: str, src: Path, vocab: Path) -> Path:
     """``xmr import-checkpoint --format vse_infty`` of a fixture into a fresh runs/coco/NAME."""
-    out = tmp_path_factory.mktemp("runs") / "coco" / name
+    out = module_tmp("runs") / "coco" / name
     import_checkpoint(out, "vse_infty", src, vocab, dataset="coco", config_dir=REPO / "config")
     return out
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return _imported(tmp_path_factory, "vse_inf_official_bigru", FIX / "model_best.pth",
+def run_dir(module_tmp):
+    return _imported(module_tmp, "vse_inf_official_bigru", FIX / "model_best.pth",
                      FIX / "coco_precomp_vocab.json")
 
 
@@ -209,8 +209,8 @@ BERT = REPO / "tests" / "fixtures" / "checkpoints" / "vse_infty_bert"
 
 
 @pytest.fixture(scope="module")
-def bert_run(tmp_path_factory):
-    return _imported(tmp_path_factory, "vse_inf_official_bert", BERT / "model_best.pth", BERT / "bert_tiny")
+def bert_run(module_tmp):
+    return _imported(module_tmp, "vse_inf_official_bert", BERT / "model_best.pth", BERT / "bert_tiny")
 
 
 def test_bert_model_equals_the_reference(bert_run):

@@ -26,8 +26,8 @@ TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "coco" / "vsepp_official_precomp"
+def run_dir(module_tmp):
+    out = module_tmp("runs") / "coco" / "vsepp_official_precomp"
     import_checkpoint(out, "vsepp", FIX / "model_best.pth.tar", FIX / "coco_precomp_vocab.pkl", dataset="coco",
                       config_dir=REPO / "config")
     return out

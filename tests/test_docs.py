@@ -216,10 +216,10 @@ def test_dry_run_block_plans_or_names_what_is_missing(block):
 # ---------------------------------------------------------------------------------------------------- run blocks
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, tiny_synth, tiny_synth_run):
+def workspace(module_tmp, tiny_synth, tiny_synth_run):
     """A working directory like a clone's after `make demo`, at toy size: config/ of the repo, runs/synth/dvse is the
     tiny DVSE run."""
-    ws = tmp_path_factory.mktemp("docs_ws")
+    ws = module_tmp("docs_ws")
     (ws / "config").symlink_to(REPO / "config")
     return ws
 

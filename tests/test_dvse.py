@@ -212,8 +212,8 @@ def test_drop_terms_needs_max_similarity(tiny_synth):
 
 
 @pytest.fixture(scope="module")
-def trained_dvse(tiny_synth, tmp_path_factory):
-    out = tmp_path_factory.mktemp("dvse_run")
+def trained_dvse(tiny_synth, module_tmp):
+    out = module_tmp("dvse_run")
     cfg = load_run_config(tiny_synth.recipe("dvse", name="dvse_fig", model={"num_embeds": 3}))
     train(cfg, out, progress=False)
     return out

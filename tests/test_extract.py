@@ -26,9 +26,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory):
+def photos(module_tmp):
     """A Karpathy-format dataset over scikit-learn's two sample photos (640 x 427 JPEGs)."""
-    root = tmp_path_factory.mktemp("photos")
+    root = module_tmp("photos")
     images = [{"filename": f, "imgid": i, "split": "test", "sentences": [{"raw": "a photo"}]}
               for i, f in enumerate(["china.jpg", "flower.jpg"])]
     (root / "d.json").write_text(json.dumps({"images": images}))

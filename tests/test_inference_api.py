@@ -14,9 +14,9 @@ from xmr.train.trainer import train
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_synth, tmp_path_factory):
+def runs(tiny_synth, module_tmp):
     """A vector method (VSE++) and a set-based one (PVSE: max-of-set similarity), one epoch each."""
-    root = tmp_path_factory.mktemp("inference_runs")
+    root = module_tmp("inference_runs")
     out = {}
     for method in ("vsepp", "pvse"):
         cfg = load_run_config(tiny_synth.recipe(method, name=f"api_{method}"))

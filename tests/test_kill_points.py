@@ -67,9 +67,9 @@ TRAIN_POINTS = {
 
 
 @pytest.fixture(scope="module")
-def train_reference(tiny_synth, tmp_path_factory):
+def train_reference(tiny_synth, module_tmp):
     recipe = tiny_synth.recipe("vsepp", name="vsepp_kill", train={"epochs": 2, "batch_size": 16})
-    ref = tmp_path_factory.mktemp("kill_ref") / "run"
+    ref = module_tmp("kill_ref") / "run"
     r = _xmr(["train", "--config", str(recipe), "--out-dir", str(ref), "--no-progress"])
     assert r.returncode == 0, r.stderr
     return recipe, ref
@@ -113,10 +113,10 @@ EXTRACT_POINTS = {
 
 
 @pytest.fixture(scope="module")
-def extract_reference(tmp_path_factory):
+def extract_reference(module_tmp):
     from conftest import tiny_extraction_config
 
-    root = tmp_path_factory.mktemp("kill_extract")
+    root = module_tmp("kill_extract")
     cfg_dir = tiny_extraction_config(root, N_IMAGES, input_size=64, batch_size=BATCH)
     ref = root / "ref" / "train.h5"
     r = _xmr(_extract_args(cfg_dir, ref))

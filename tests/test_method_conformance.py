@@ -27,7 +27,7 @@ TOY_TEXT = {"encoder": "bigru", "word_vectors": None, "word_dim": 16}
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_synth, tmp_path_factory):
+def trained(tiny_synth, module_tmp):
     """Each method trained once, lazily: {method: run directory}."""
     runs: dict[str, object] = {}
 
@@ -36,7 +36,7 @@ def trained(tiny_synth, tmp_path_factory):
             recipe = tiny_synth.recipe(method, name=f"conformance_{method}", text=TOY_TEXT,
                                        **METHODS.get(method).conformance_overrides)
             cfg = load_run_config(recipe)
-            run = tmp_path_factory.mktemp(f"conformance_{method}")
+            run = module_tmp(f"conformance_{method}")
             summary = train(cfg, run, progress=False)
             runs[method] = (run, summary)
         return runs[method]

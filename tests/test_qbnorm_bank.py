@@ -13,11 +13,11 @@ from xmr.workflow_inputs import rerank_inputs, rerank_options
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_synth, tmp_path_factory):
+def trained(tiny_synth, module_tmp):
     from xmr.run_config import load_run_config
     from xmr.train.trainer import train
 
-    out = tmp_path_factory.mktemp("qb") / "run"
+    out = module_tmp("qb") / "run"
     train(load_run_config(tiny_synth.recipe("vsepp", name="vsepp_qb")), out, progress=False)
     return out
 

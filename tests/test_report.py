@@ -167,7 +167,7 @@ def test_fr_grid_matches_direct_evaluations():
 # -- the report on a tiny trained run ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_project(tiny_synth, tmp_path_factory):
+def tiny_project(tiny_synth, module_tmp):
     """runs/ and results/ of a tiny vsepp and a tiny dvse (1 epoch each) on the tiny_synth fixture."""
     from xmr.run_config import load_run_config
     from xmr.io import atomic_path, write_json
@@ -175,7 +175,7 @@ def tiny_project(tiny_synth, tmp_path_factory):
     from xmr.train.trainer import train
     from xmr.inference import score_split
 
-    root = tmp_path_factory.mktemp("report_project")
+    root = module_tmp("report_project")
     runs, results = root / "runs", root / "results"
     recipes = {"vsepp": tiny_synth.recipe("vsepp", "rep_vsepp"),
                "dvse": tiny_synth.recipe("dvse", "rep_dvse", model={"num_embeds": 2, "attention_hidden": 16})}

@@ -172,9 +172,9 @@ def test_branch_output_is_unit_length():
 # -- HGLMM features for tiny synth, the precomputed encoder, training ---------------------------------------
 
 @pytest.fixture(scope="module")
-def tiny_hglmm(tiny_synth, tmp_path_factory):
+def tiny_hglmm(tiny_synth, module_tmp):
     """`xmr text-features` on the tiny synth set with small settings; returns the output folder."""
-    root = tmp_path_factory.mktemp("hglmm")
+    root = module_tmp("hglmm")
     cfg_dir = root / "config"
     (cfg_dir / "datasets").mkdir(parents=True)
     (cfg_dir / "datasets" / "synth.yaml").write_text((tiny_synth.config_dir / "datasets" / "synth.yaml").read_text())

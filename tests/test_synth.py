@@ -54,8 +54,8 @@ def test_caption_truth_needs_every_object_attribute_and_relation():
 
 
 @pytest.fixture(scope="module")
-def two_styles(tmp_path_factory):
-    root = tmp_path_factory.mktemp("synth_styles")
+def two_styles(module_tmp):
+    root = module_tmp("synth_styles")
     kw = dict(n_train=260, n_val=2, n_test=40, image_size=64, progress=False)
     return {"v2": generate_synth(root / "v2", style="v2", min_objects=3, max_objects=5, **kw),
             "v1": generate_synth(root / "v1", style="v1", **kw)}

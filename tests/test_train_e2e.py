@@ -40,9 +40,9 @@ def _is_bn_stat(name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def frozen_then_trained(tiny_synth, tmp_path_factory):
+def frozen_then_trained(tiny_synth, module_tmp):
     """Two epochs: backbone frozen in the first, trained (lr x 0.1, BN frozen) in the second; crops and flips on."""
-    out = tmp_path_factory.mktemp("e2e") / "run"
+    out = module_tmp("e2e") / "run"
     cfg = load_run_config(_recipe(tiny_synth, "e2e_two_epochs", {
         "frozen_epochs": 1, "unfreeze_loss_ramp": True, "crop_scale": [0.6, 1.0], "hflip": 0.5},
         train={"epochs": 2}, optim={"image_backbone_lr_scale": 0.1}))

@@ -69,9 +69,9 @@ def shrink_dvc_yaml(root: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def dvc_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
     """A git repo of the project (tiny synth), reproduced with `dvc repro` and committed with its dvc.lock."""
-    root = copy_repo(tmp_path_factory.mktemp("dvc") / "repo")
+    root = copy_repo(module_tmp("dvc") / "repo")
     make_tiny(root, RECIPES)
     shrink_dvc_yaml(root)
     env = tool_env(root, **GIT_ID)

@@ -62,8 +62,8 @@ def machine_lock(timeout: float = 1800) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def local_slurm(tmp_path_factory):
-    state = tmp_path_factory.mktemp("slurm")
+def local_slurm(module_tmp):
+    state = module_tmp("slurm")
     with machine_lock():
         try:
             _start_cluster(state)
@@ -141,10 +141,10 @@ def test_dry_run_plans_coco_without_slurm(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def pipelines(local_slurm, tmp_path_factory) -> dict:
+def pipelines(local_slurm, module_tmp) -> dict:
     """The synth pipeline run twice on tiny sizes: `snakemake --profile slurm` and a local `snakemake --cores 2`
     (the reference, overlapping the SLURM run, which mostly waits for status checks)."""
-    tmp = tmp_path_factory.mktemp("pipelines")
+    tmp = module_tmp("pipelines")
     local, on_slurm = copy_repo(tmp / "local"), copy_repo(tmp / "slurm")
     for root in (local, on_slurm):
         make_tiny(root)  # config/config.yaml as shipped: one CPU per synth extraction, two side by side here
