@@ -88,8 +88,13 @@ def module_tmp(request, tmp_path_factory) -> Iterator[Callable[[str], Path]]:
         return made[-1]
 
     yield mktemp
-    if request.session.testsfailed == failed_before:
-        for path in made:
+    remove_unless_failed(request.session, failed_before, made)
+
+
+def remove_unless_failed(session: pytest.Session, failed_before: int, paths: list[Path]) -> None:
+    """Remove ``paths`` unless a test has failed since the count was ``failed_before`` (kept to look at)."""
+    if session.testsfailed == failed_before:
+        for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import pytest
 import torch
 
 import xmr
-from tests.conftest import run_xmr
+from tests.conftest import remove_unless_failed, run_xmr
 from tests.fixtures.checkpoints.seeded import seeded_tensor
 from xmr.errors import XmrError
 
@@ -73,8 +72,7 @@ def imported(request, released, module_tmp):
     run_xmr("import-checkpoint", "--format", "vse_infty", "--src", released(name), "--vocab", MODELS[name][0],
             "--dataset", "coco", "--out", out, check=True)
     yield name, out
-    if request.session.testsfailed == failed_before:  # 160-330 MB a family: gone once its tests pass
-        shutil.rmtree(folder, ignore_errors=True)
+    remove_unless_failed(request.session, failed_before, [folder])  # 160-330 MB a family: gone once its tests pass
 
 
 # each family: a ResNet-101/ResNeXt-101 drawn, written, imported (a subprocess) and loaded: 15-30 s on 2 cores
