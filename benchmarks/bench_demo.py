@@ -1,0 +1,142 @@
+"""``make demo`` on a fresh clone, timed by phase, its RSUMs checked against the README's table (not a test; figures
+go to docs/benchmarks.md "`make demo`"). Issue 33's check on another kind of CPU is this one command:
+
+    python3 benchmarks/bench_demo.py [--runs 1] [--keep] [--json out.json]
+
+Each run clones this repository's HEAD into a temporary folder and runs ``make demo`` there (CI=true, stdin
+closed), as a new user would. Creating ``.venv/`` is timed apart from the pipeline. The clone's Snakemake log gives
+each job's start and end, and its training log gives the epochs' seconds. The CPU's model name and its AVX-512/AVX2
+flags are printed with the figures. Targets: the pipeline in <= 120 s, and each RSUM within the README's cross-CPU
+tolerance (3.0) of the README's table. Standard library only: it runs before any ``.venv/`` exists. A clone's
+``.venv/`` is ~7 GB, so each clone is removed after its run unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_S = 120.0
+RSUM_TOLERANCE = 3.0  # the README's stated cross-CPU tolerance (tests/test_reproducibility.py)
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+
+
+def job_spans(log: str) -> list[dict]:
+    """Each job of a Snakemake log as {rule, jobid, start, end} (datetimes; Snakemake stamps to the second)."""
+    now, jobs, opening = None, {}, None
+    for line in log.splitlines():
+        line = line.strip()
+        if m := _STAMP.match(line):
+            now = datetime.strptime(" ".join(m[1].split()), "%a %b %d %H:%M:%S %Y")
+        elif m := re.match(r"^(?:local)?rule (\w+):$", line):
+            opening = m[1]
+        elif opening and (m := re.match(r"^jobid: (\d+)$", line)):
+            jobs[int(m[1])] = {"rule": opening, "jobid": int(m[1]), "start": now, "end": None}
+            opening = None
+        elif m := re.match(r"^Finished jobid: (\d+)", line):
+            jobs[int(m[1])]["end"] = now
+    return sorted(jobs.values(), key=lambda j: (j["start"], j["jobid"]))
+
+
+def phases(spans: list[dict]) -> dict[str, float]:
+    """Rule -> seconds from its first job's start to its last job's end (jobs of one rule may overlap)."""
+    out: dict[str, float] = {}
+    for rule in dict.fromkeys(j["rule"] for j in spans):
+        mine = [j for j in spans if j["rule"] == rule]
+        out[rule] = (max(j["end"] for j in mine) - min(j["start"] for j in mine)).total_seconds()
+    return out
+
+
+def readme_rsums(readme: str) -> dict[str, float]:
+    """Target -> RSUM of the README's demo table (the rows ``| synth | <target> | plain | ...``)."""
+    header = next(ln for ln in readme.splitlines() if ln.startswith("| dataset | target |") and "RSUM" in ln)
+    col = [c.strip() for c in header.strip("|").split("|")].index("RSUM")
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| synth |") and len(cells) > col and cells[2] == "plain":
+            rows[cells[1]] = float(cells[col])
+    return rows
+
+
+def epoch_seconds(train_log: str) -> list[float]:
+    return [float(m[1]) for m in re.finditer(r"^epoch \d+/\d+ .*seconds=([\d.]+)", train_log, flags=re.M)]
+
+
+def cpu() -> dict:
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", info, flags=re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.+)$", info, flags=re.M) or [None, ""])[1].split())
+    return {"model": model[1] if model else "unknown", "cores": os.cpu_count(),
+            "avx512f": "avx512f" in flags, "avx2": "avx2" in flags}
+
+
+def run_once(keep: bool) -> dict:
+    clone = Path(tempfile.mkdtemp(prefix="xmr-bench-demo-")) / "xmr"
+    try:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"CI": "true"}
+        t0 = time.perf_counter()
+        subprocess.run(["make", "venv"], cwd=clone, env=env, stdin=subprocess.DEVNULL, check=True,
+                       stdout=subprocess.DEVNULL)
+        venv_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        demo = subprocess.run(["make", "demo"], cwd=clone, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True)
+        wall = time.perf_counter() - t0
+        if demo.returncode != 0:
+            raise SystemExit(f"make demo failed in {clone} (exit {demo.returncode}):\n{demo.stdout[-3000:]}")
+        printed = re.search(r"demo finished in (\d+) s", demo.stdout)
+        log = max((clone / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_mtime)
+        spans = job_spans(log.read_text())
+        results = {t: json.loads((clone / "results" / "synth" / f"{t}.json").read_text())["rsum"]
+                   for t in ("dvse", "dvse_fr")}
+        return {"venv_s": round(venv_s, 1), "pipeline_s": int(printed[1]) if printed else round(wall),
+                "phases_s": phases(spans), "epochs_s": epoch_seconds((clone / "logs/train/synth_dvse.log").read_text()),
+                "rsum": {t: round(v, 1) for t, v in results.items()}, "clone": str(clone) if keep else None}
+    finally:
+        if not keep:
+            shutil.rmtree(clone.parent, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=1, help="fresh clones, one after another")
+    ap.add_argument("--keep", action="store_true", help="keep each clone (and its ~7 GB .venv/)")
+    ap.add_argument("--json", type=Path, help="write the figures here too")
+    args = ap.parse_args(argv)
+    readme = readme_rsums((ROOT / "README.md").read_text())
+    machine = cpu()
+    print(f"machine: {machine['model']}, {machine['cores']} cores, AVX-512 {machine['avx512f']}, "
+          f"AVX2 {machine['avx2']}")
+    runs = []
+    for i in range(args.runs):
+        r = run_once(args.keep)
+        runs.append(r)
+        phase_text = ", ".join(f"{k} {v:.0f} s" for k, v in r["phases_s"].items())
+        gaps = {t: round(r["rsum"][t] - readme[t], 1) for t in r["rsum"]}
+        print(f"run {i + 1}: pipeline {r['pipeline_s']} s (target <= {TARGET_S:.0f}), .venv/ {r['venv_s']} s; "
+              f"{phase_text}; epochs {' + '.join(f'{s:.1f}' for s in r['epochs_s'])} s")
+        print(f"  RSUM {r['rsum']} vs README {readme}: differences {gaps} (tolerance {RSUM_TOLERANCE})")
+    ok = all(r["pipeline_s"] <= TARGET_S and all(abs(r["rsum"][t] - readme[t]) <= RSUM_TOLERANCE for t in r["rsum"])
+             for r in runs)
+    if args.json:
+        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
+        tmp.write_text(json.dumps({"machine": machine, "readme_rsum": readme, "runs": runs}, indent=1, default=str))
+        tmp.replace(args.json)
+    print("targets met" if ok else "targets NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
