@@ -87,9 +87,11 @@ def run_once(keep: bool) -> dict:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"CI": "true"}
         t0 = time.perf_counter()
-        subprocess.run(["make", "venv"], cwd=clone, env=env, stdin=subprocess.DEVNULL, check=True,
-                       stdout=subprocess.DEVNULL)
+        venv = subprocess.run(["make", "venv"], cwd=clone, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True)  # pip's warnings are many: shown only when it fails
         venv_s = time.perf_counter() - t0
+        if venv.returncode != 0:
+            raise SystemExit(f"make venv failed in {clone} (exit {venv.returncode}):\n{venv.stderr[-3000:]}")
         t0 = time.perf_counter()
         demo = subprocess.run(["make", "demo"], cwd=clone, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True)
