@@ -225,9 +225,11 @@ def pytest_sessionstart(session):
     if hasattr(session.config, "workerinput"):  # pytest-xdist: the controller has checked
         return
     base = session.config.option.basetemp
-    folder = str(Path(base).resolve().parent) if base else os.environ.get("PYTEST_DEBUG_TEMPROOT") or \
-        tempfile.gettempdir()
-    message = low_disk_message(folder, shutil.disk_usage(folder).free,
+    folder = Path(base).resolve().parent if base else Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or
+                                                            tempfile.gettempdir())
+    while not folder.exists():  # a --basetemp or temp root that pytest has yet to create: the disk it will be on
+        folder = folder.parent
+    message = low_disk_message(str(folder), shutil.disk_usage(folder).free,
                                float(os.environ.get("XMR_TEST_DISK_GB", TEST_DISK_GB)))
     if message:
         pytest.exit(message, returncode=1)

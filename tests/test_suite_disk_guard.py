@@ -27,3 +27,10 @@ def test_pytest_stops_before_the_first_test_when_the_disk_is_short(tmp_path):
     assert r.returncode == 1
     assert f"{tmp_path} has " in r.stdout and "GB free and the test suite writes up to 1e+09 GB there" in r.stdout
     assert "passed" not in r.stdout and "Traceback" not in r.stdout + r.stderr
+
+    # a --basetemp that does not exist yet: the disk of its nearest existing folder is the one checked
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
+                        str(tmp_path / "not" / "yet"),
+                        "tests/test_suite_disk_guard.py::test_low_disk_message_names_the_folder_and_both_sizes"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and f"{tmp_path} has " in r.stdout and "Traceback" not in r.stdout + r.stderr
