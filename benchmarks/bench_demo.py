@@ -121,17 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     machine = cpu()
     print(f"machine: {machine['model']}, {machine['cores']} cores, AVX-512 {machine['avx512f']}, "
           f"AVX2 {machine['avx2']}")
-    runs = []
+    runs, ok = [], True
     for i in range(args.runs):
         r = run_once(args.keep)
         runs.append(r)
         phase_text = ", ".join(f"{k} {v:.0f} s" for k, v in r["phases_s"].items())
         gaps = {t: round(r["rsum"][t] - readme[t], 1) for t in r["rsum"]}
+        ok &= r["pipeline_s"] <= TARGET_S and all(abs(g) <= RSUM_TOLERANCE for g in gaps.values())
         print(f"run {i + 1}: pipeline {r['pipeline_s']} s (target <= {TARGET_S:.0f}), .venv/ {r['venv_s']} s; "
               f"{phase_text}; epochs {' + '.join(f'{s:.1f}' for s in r['epochs_s'])} s")
         print(f"  RSUM {r['rsum']} vs README {readme}: differences {gaps} (tolerance {RSUM_TOLERANCE})")
-    ok = all(r["pipeline_s"] <= TARGET_S and all(abs(r["rsum"][t] - readme[t]) <= RSUM_TOLERANCE for t in r["rsum"])
-             for r in runs)
     if args.json:
         tmp = args.json.with_suffix(args.json.suffix + ".tmp")
         tmp.write_text(json.dumps({"machine": machine, "readme_rsum": readme, "runs": runs}, indent=1, default=str))

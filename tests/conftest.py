@@ -229,7 +229,10 @@ def pytest_sessionstart(session):
                                                             tempfile.gettempdir())
     while not folder.exists():  # a --basetemp or temp root that pytest has yet to create: the disk it will be on
         folder = folder.parent
-    message = low_disk_message(str(folder), shutil.disk_usage(folder).free,
-                               float(os.environ.get("XMR_TEST_DISK_GB", TEST_DISK_GB)))
+    try:
+        need_gb = float(os.environ.get("XMR_TEST_DISK_GB", TEST_DISK_GB))
+    except ValueError:
+        pytest.exit(f"XMR_TEST_DISK_GB={os.environ['XMR_TEST_DISK_GB']!r}: give a number of GB, e.g. 2", returncode=1)
+    message = low_disk_message(str(folder), shutil.disk_usage(folder).free, need_gb)
     if message:
         pytest.exit(message, returncode=1)

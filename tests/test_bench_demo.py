@@ -63,3 +63,13 @@ def test_readme_table_rsums_and_epoch_seconds():
 
 def test_the_benchmark_checks_the_readme_tolerance():
     assert bench.RSUM_TOLERANCE == CROSS_CPU_RSUM_TOLERANCE
+
+
+def test_exit_status_follows_both_targets(monkeypatch, capsys):
+    table = bench.readme_rsums((REPO / "README.md").read_text())
+    for pipeline, dvse_gap, status in ((117, 0.0, 0), (124, 0.0, 1), (110, -4.1, 1), (120, 3.0, 0)):
+        rsum = {"dvse": table["dvse"] + dvse_gap, "dvse_fr": table["dvse_fr"]}
+        monkeypatch.setattr(bench, "run_once", lambda keep, p=pipeline, r=rsum: {
+            "venv_s": 1.0, "pipeline_s": p, "phases_s": {"train": 1.0}, "epochs_s": [1.0], "rsum": r, "clone": None})
+        assert bench.main([]) == status, (pipeline, dvse_gap)
+        assert capsys.readouterr().out.splitlines()[-1] == ("targets met" if status == 0 else "targets NOT met")

@@ -34,3 +34,13 @@ def test_pytest_stops_before_the_first_test_when_the_disk_is_short(tmp_path):
                         "tests/test_suite_disk_guard.py::test_low_disk_message_names_the_folder_and_both_sizes"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and f"{tmp_path} has " in r.stdout and "Traceback" not in r.stdout + r.stderr
+
+
+def test_a_disk_figure_that_is_not_a_number_is_named(tmp_path):
+    env = dict(os.environ, XMR_TEST_DISK_GB="two", PYTEST_DEBUG_TEMPROOT=str(tmp_path))
+    env.pop("PYTEST_XDIST_WORKER", None)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/test_suite_disk_guard.py::test_low_disk_message_names_the_folder_and_both_sizes"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "XMR_TEST_DISK_GB='two': give a number of GB" in r.stdout
+    assert "Traceback" not in r.stdout + r.stderr and "passed" not in r.stdout
