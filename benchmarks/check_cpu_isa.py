@@ -1,13 +1,15 @@
 """Are CPU results tied to the instruction set? Runs the same EfficientNet-Lite0 forward, BiGRU and matmul in
 subprocesses with torch's kernels pinned to AVX2 (what `XMR_PORTABLE_CPU=1` asks of every `xmr` command,
-xmr/reproducibility.py) and with the machine's native kernels (the default), and prints a digest of each output. On an AVX-512 machine the native digests
-differ from the pinned ones wherever a kernel has an AVX-512 variant; pinned runs match any AVX2 machine.
+xmr/reproducibility.py) and with the machine's native kernels (the default), and prints a digest of each output.
+On an AVX-512 machine the native digests differ from the pinned ones wherever a kernel has an AVX-512 variant;
+pinned runs match any AVX2 machine.
 
     python benchmarks/check_cpu_isa.py
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -36,7 +38,8 @@ def run(env: dict[str, str]) -> list[str]:
     return out.stdout.strip().splitlines()[-1].split()  # the backbone prints a line while loading
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     from xmr.reproducibility import PORTABLE_CPU_ENV
 
     pinned = run({**PORTABLE_CPU_ENV, "XMR_PORTABLE_CPU": "1"})
