@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from xmr.errors import XmrError
-from xmr.jobs import train_job
+from xmr.jobs import extract_workers, train_job
 from xmr.layout import RUN_PATTERN, RunKey, result_pattern
 from xmr.workflow_inputs import (feature_dirs, image_inputs, parse_result, rerank_inputs, rerank_options,
                                  run_config, run_config_files, run_inputs, text_feature_files)
@@ -130,6 +130,11 @@ def test_one_training_job_request_for_every_kind():
     three = train_job(resources, "synth", threads=1)
     assert three["launch"] == " --nproc-per-node 2 --nnodes 3"
     assert (three["gpu"], three["gres"], three["tasks"], three["cpus_per_task"]) == (None, "gpu:2", 6, 1)
+
+
+def test_extraction_decodes_on_all_but_the_main_processs_cpu():
+    # 1 CPU: no worker process (decoding inline); a GPU node's 8: 7 decoders beside the process feeding the GPU
+    assert [extract_workers(c) for c in (1, 2, 8)] == [0, 1, 7]
 
 
 def test_a_rerankers_extra_inputs_come_from_its_spec():

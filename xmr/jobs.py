@@ -1,6 +1,6 @@
 """What a workflow job asks the scheduler for: resources per job kind (config ``resources``, per dataset, per
 split for extraction) and the DDP launch of a training job (processes per node x nodes). The Snakemake rules
-read these through ``workflow/rules/common.smk``; tested in tests/test_jobs.py."""
+read these through ``workflow/rules/common.smk``; tested in tests/test_run_key.py and tests/test_doctor.py."""
 
 from __future__ import annotations
 
@@ -27,6 +27,13 @@ def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split:
                 return table[k][key]
     raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
 
+
+
+def extract_workers(cpus: int) -> int:
+    """Image-decoding processes of an extraction job with ``cpus`` CPUs: one fewer, since the main process needs
+    a CPU to run the network (or to feed the GPU). On one CPU that is 0: decoding in the main process, which is
+    faster than a worker competing with it for the same core (docs/benchmarks.md "Feature extraction")."""
+    return max(int(cpus) - 1, 0)
 
 
 def train_procs(resources: dict, dataset: str) -> tuple[int, int]:

@@ -5,7 +5,7 @@ from snakemake.utils import min_version
 
 from xmr.doctor import workflow_preflight
 from xmr.tracking import warn_cluster_sqlite
-from xmr.jobs import job_resource, train_job
+from xmr.jobs import extract_workers, job_resource, train_job
 from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
 from xmr.workflow_inputs import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
                                  precomputed_backbone_pattern, precomputed_import, parse_result,

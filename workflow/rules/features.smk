@@ -23,9 +23,11 @@ rule extract:
         mem_mb=res("extract", "mem_mb"),
         runtime=res("extract", "runtime"),
         cpus_per_task=res("extract", "cpus_per_task"),
+    params:
+        workers=lambda wc, threads: extract_workers(threads),
     shell:
         "{XMR} extract --dataset {wildcards.dataset} --backbone {wildcards.backbone} --split {wildcards.split}"
-        " --out {output} --workers {threads} --threads {threads} --no-progress > {log} 2>&1"
+        " --out {output} --workers {params.workers} --threads {threads} --no-progress > {log} 2>&1"
 
 
 # The SCAN/VSE∞ precomputed download *is* the BUTD R101 fixed-36 feature set: when data/{dataset}/precomp/
