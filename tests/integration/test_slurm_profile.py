@@ -94,6 +94,17 @@ def jobcomp_records(state: Path) -> dict[str, dict[str, str]]:
     return records
 
 
+def wait_for_job(state: Path, job_id: str, env: dict[str, str], timeout: float = 300) -> None:
+    """Until SLURM's job completion log has ``job_id``: `sbatch --wait` instead polls at 2, 4, 8, 16, 32 s, which
+    turned this test's 10-s job into 42 s of waiting on a loaded machine."""
+    deadline = time.time() + timeout
+    while job_id not in jobcomp_records(state):
+        if time.time() > deadline:
+            queued = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True).stdout
+            raise AssertionError(f"SLURM job {job_id} not completed after {timeout:.0f} s; squeue: {queued!r}")
+        time.sleep(0.5)
+
+
 def test_dry_run_plans_coco_without_slurm(tmp_path):
     """`snakemake -n --profile slurm results/coco/dvse_fr.json` (the README's command): plans with the GPU-cluster resources of
     config/config.yaml (no SLURM needed); partition from $XMR_SLURM_PARTITION; several GPUs -> DDP tasks."""
@@ -220,8 +231,9 @@ def test_xmr_train_launches_ddp_tasks_with_srun(pipelines):
     log = root / "ddp.log"
     job = f"{BIN / 'python'} -m xmr train --config config/recipes/synth/vsepp.yaml --out-dir runs/synth/ddp " \
           f"--set train.epochs=1 tracking.run_name=vsepp_ddp --nproc-per-node 2 --no-progress"
-    run(["sbatch", "--wait", "--ntasks=2", "--cpus-per-task=1", "--mem=4000", "-t", "10", "-o", str(log),
-         "--wrap", job], root, env, timeout=300)
+    job_id = run(["sbatch", "--parsable", "--ntasks=2", "--cpus-per-task=1", "--mem=4000", "-t", "10", "-o",
+                  str(log), "--wrap", job], root, env).stdout.strip().split(";")[0]
+    wait_for_job(state, job_id, env)
     text = log.read_text()
     assert "launching: srun --ntasks=2 --nodes=1 --ntasks-per-node=2" in text, text[-3000:]
     assert (root / "runs/synth/ddp/best.pt").exists() and (root / "runs/synth/ddp/train.json").exists()
