@@ -37,7 +37,7 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 180) -> None
                     return
         except OSError:
             pass
-        time.sleep(1)
+        time.sleep(0.25)
     raise AssertionError(f"mlflow server at {url} not healthy after {timeout} s")
 
 
