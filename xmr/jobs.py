@@ -28,7 +28,6 @@ def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split:
     raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
 
 
-
 def extract_workers(cpus: int) -> int:
     """Image-decoding processes of an extraction job with ``cpus`` CPUs: one fewer, since the main process needs
     a CPU to run the network (or to feed the GPU). On one CPU that is 0: decoding in the main process, which is
