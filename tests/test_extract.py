@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -343,3 +344,28 @@ def test_a_precomputed_only_backbone_is_refused_naming_its_import_command(tmp_pa
         "cannot be extracted here; import them: xmr import-features --format scan --pooled --src "
         f"data/coco/vsepp_precomp --dataset coco --split test --out {out}")
     assert not any(tmp_path.rglob("*.h5*"))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_extract_decodes_in_one_worker_fewer_than_the_cpus_it_may_use(tmp_path):
+    """`xmr extract` without --workers, as a SLURM job or `taskset` confines it: on one CPU it decodes in its main
+    process (0 workers), on two CPUs in 1 worker; it says so in its first line. A negative count is refused."""
+    import subprocess
+    import sys
+
+    from tests.conftest import run_xmr, tiny_extraction_config, xmr_env
+
+    cfg_dir = tiny_extraction_config(tmp_path, 1, input_size=64, batch_size=1)
+    cpus = sorted(os.sched_getaffinity(0))
+    cmd = [sys.executable, "-m", "xmr", "extract", "--dataset", "synth", "--backbone", "eff", "--split", "val",
+           "--config-dir", str(cfg_dir), "--no-progress"]
+    for n, line in [(1, "0 decoding workers"), (2, "1 decoding worker")][: len(cpus)]:
+        r = subprocess.run(cmd + ["--out", str(tmp_path / f"{n}.h5")], env=xmr_env(), capture_output=True,
+                           text=True, timeout=300, preexec_fn=lambda n=n: os.sched_setaffinity(0, cpus[:n]))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.splitlines()[0] == f"extract synth/val: 1 image, {line}"
+        assert (tmp_path / f"{n}.h5").exists()
+    r = run_xmr(*cmd[3:], "--out", tmp_path / "x.h5", "--workers", "-1")
+    assert r.returncode == 2 and not (tmp_path / "x.h5").exists()
+    assert r.stderr.strip() == ("xmr extract: error: --workers -1: give 0 (decode in the main process) or more "
+                                "worker processes")

@@ -4,6 +4,7 @@ read these through ``workflow/rules/common.smk``; tested in tests/test_run_key.p
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from xmr.errors import XmrError
@@ -26,6 +27,14 @@ def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split:
             if key in (table.get(k) or {}):
                 return table[k][key]
     raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity (a SLURM job's allocation, a `taskset`), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity API (macOS)
+        return os.cpu_count() or 1
 
 
 def extract_workers(cpus: int) -> int:

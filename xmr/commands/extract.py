@@ -10,7 +10,8 @@ def add_arguments(p):
     p.add_argument("--out", required=True, help="output .h5 path")
     p.add_argument("--config-dir", default="config")
     p.add_argument("--batch-size", type=int, help="default: the backbone config's batch_size")
-    p.add_argument("--workers", type=int, default=2, help="image decoding processes")
+    p.add_argument("--workers", type=int, help="image decoding processes (default: one fewer than the CPUs this "
+                   "process may use; 0 decodes in the main process)")
     p.add_argument("--threads", type=int, help="torch CPU threads of the backbone (default: torch's, one per "
                    "core); fixed, it makes the features the same on any core count")
     p.add_argument("--device", default="auto")
@@ -21,9 +22,13 @@ def run(args):
     from xmr.config import load_backbone_config, load_dataset_config
     from xmr.data import load_split
     from xmr.errors import XmrError
+    from xmr.jobs import available_cpus, extract_workers
 
     if args.threads is not None and args.threads < 1:
         raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
+    if args.workers is not None and args.workers < 0:
+        raise XmrError(f"--workers {args.workers}: give 0 (decode in the main process) or more worker processes")
+    workers = extract_workers(available_cpus()) if args.workers is None else args.workers
     bb = load_backbone_config(args.backbone, args.config_dir)
     if bb["name"] == "precomputed":  # before the dataset is read: nothing here can make these features
         from xmr.features.backbones.precomputed import not_extractable
@@ -33,7 +38,10 @@ def run(args):
     split = load_split(ds, args.split)
     from xmr.features.extract import extract_features  # torch: after the options and inputs are checked
 
+    n = split.num_images
+    print(f"extract {ds['name']}/{args.split}: {n} image{'s' * (n != 1)}, {workers} decoding "
+          f"worker{'s' * (workers != 1)}", flush=True)
     out = extract_features(split, bb, args.out, batch_size=args.batch_size or bb["batch_size"],
-                           workers=args.workers, dtype=bb["dtype"], device=args.device,
+                           workers=workers, dtype=bb["dtype"], device=args.device,
                            progress=not args.no_progress, threads=args.threads)
     print(f"wrote {out} ({split.num_images} images)")
