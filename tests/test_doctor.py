@@ -97,6 +97,18 @@ def test_dataset_only_and_generated_and_bad_target(bare, capsys):
                                        "'f30k', not 'coco'")
 
 
+def test_a_target_path_alone_names_its_dataset(bare, capsys):
+    """`xmr doctor results/coco/dvse_fr.json`, the target as Snakemake takes it: the same report and exit code as
+    `xmr doctor coco results/coco/dvse_fr.json`."""
+    args = ["--config-dir", str(CONFIG)]
+    assert xmr_main(["doctor", "results/coco/dvse_fr.json", *args]) == 1
+    alone = capsys.readouterr().out
+    assert xmr_main(["doctor", "coco", "results/coco/dvse_fr.json", *args]) == 1
+    assert alone == capsys.readouterr().out
+    assert alone.startswith("xmr doctor coco results/coco/dvse_fr.json  (recipe dvse, re-ranker fr)\n")
+    assert alone.rstrip().endswith("missing piece(s); the target cannot run until they are fixed")
+
+
 def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
     import xmr.doctor
 

@@ -105,9 +105,18 @@ def _download_hint(path: str, default: str) -> str:
     return KNOWN_DOWNLOADS.get(Path(path).name, default)
 
 
+_TARGET_PATH = re.compile(r"(?:.*/)?results/([^/]+)/([^/]+)\.json")
+
+
+def target_path_dataset(target: str) -> str | None:
+    """The dataset of a target path ``results/DATASET/TARGET.json``; None for anything else."""
+    m = _TARGET_PATH.fullmatch(target)
+    return m.group(1) if m else None
+
+
 def target_name(dataset: str, target: str) -> str:
     """``results/coco/dvse_fr.json`` or ``dvse_fr`` -> ``dvse_fr`` (checking the dataset matches)."""
-    m = re.fullmatch(r"(?:.*/)?results/([^/]+)/([^/]+)\.json", target)
+    m = _TARGET_PATH.fullmatch(target)
     if m:
         if m.group(1) != dataset:
             raise XmrError(f"target {target} belongs to dataset {m.group(1)!r}, not {dataset!r}")
@@ -213,7 +222,7 @@ def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir:
         if info["backbone"] in SCAN_BACKBONES:
             srcs = sorted({scan_source_split(ds, s) for s in extract_splits})
             rep.cheaper.append(
-                f"instead of BUTD extraction (detectron2 + weights, GPU hours on the train split) put "
+                "instead of BUTD extraction (detectron2 + weights, GPU hours on the train split) put "
                 + SCAN_DOWNLOAD.format(ds=dataset, splits="/".join(srcs))
                 + f"; rule import_scan (`xmr import-features --format scan`) then builds "
                   f"{info['dir']}/{dataset}/{info['backbone']}/ and images, detectron2 and the BUTD weights are "

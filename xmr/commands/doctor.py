@@ -4,7 +4,8 @@ HELP = "preflight: list what results/DATASET/TARGET.json needs, what is missing,
 
 
 def add_arguments(p):
-    p.add_argument("dataset", nargs="?", help="dataset name (config/datasets/NAME.yaml), e.g. coco")
+    p.add_argument("dataset", nargs="?", help="dataset name (config/datasets/NAME.yaml), e.g. coco; or a target "
+                   "path alone, results/DATASET/TARGET.json")
     p.add_argument("target", nargs="?", help="results/DATASET/RECIPE[_RERANKER].json or RECIPE[_RERANKER]; "
                                              "without it, only the dataset's files and the tracking store")
     p.add_argument("--zoo", action="store_true",
@@ -13,7 +14,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.doctor import doctor, format_zoo, zoo_doctor
+    from xmr.doctor import doctor, format_zoo, target_path_dataset, zoo_doctor
     from xmr.errors import XmrError
 
     if args.zoo:
@@ -24,6 +25,9 @@ def run(args):
         return 1 if any(r.missing for r in reports) else 0
     if not args.dataset:
         raise XmrError("doctor: give a DATASET (e.g. coco) and optionally a TARGET, or --zoo")
-    rep = doctor(args.dataset, args.target, args.config_dir)
+    dataset, target = args.dataset, args.target
+    if target is None and (m := target_path_dataset(dataset)):  # `xmr doctor results/coco/dvse_fr.json`
+        dataset, target = m, dataset
+    rep = doctor(dataset, target, args.config_dir)
     print(rep.format())
     return 1 if rep.missing else 0
