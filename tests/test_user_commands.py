@@ -41,6 +41,13 @@ def test_show_reads_evaluate_output_and_rejects_other_files_in_one_line(tmp_path
                       ("missing.json", "file not found")):
         line = _one_line_error(run_xmr("show", tmp_path / bad), "show")
         assert says in line and bad in line, line
+    # a folder stands for its results files, by name; the other files in it (train.json, S.npy) are left out
+    (tmp_path / "N.json").write_text((tmp_path / "M.json").read_text())
+    r = run_xmr("show", tmp_path, check=True)
+    assert [ln.split(" | ")[1] for ln in r.stdout.splitlines()[2:]] == ["M", "N"], r.stdout
+    (tmp_path / "empty").mkdir()
+    line = _one_line_error(run_xmr("show", tmp_path / "empty"), "show")
+    assert line.startswith(f"xmr show: error: {tmp_path / 'empty'}: no results files in this folder"), line
 
 
 def test_rerank_param_takes_several_values_after_one_flag(tmp_path):

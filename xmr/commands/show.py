@@ -7,9 +7,38 @@ HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both
 
 
 def add_arguments(p):
-    p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files")
+    p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files, or folders (every results "
+                   "file in them, e.g. results/synth/)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
+
+
+def _is_results_file(path) -> bool:
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and "protocol" in doc and isinstance(doc.get("i2t"), dict)
+
+
+def expand_folders(paths: list[str]) -> list[str]:
+    """A folder stands for the results files in it (sorted by name; its other JSON files, such as DVC's
+    ``*.metrics.json``, are left out)."""
+    from pathlib import Path
+
+    from xmr.errors import XmrError
+
+    out = []
+    for p in paths:
+        if not Path(p).is_dir():
+            out.append(p)
+            continue
+        found = [str(f) for f in sorted(Path(p).glob("*.json")) if _is_results_file(f)]
+        if not found:
+            raise XmrError(f"{p}: no results files in this folder (results/{{dataset}}/{{target}}.json are made by "
+                           f"`snakemake results/DATASET/TARGET.json`, xmr evaluate or xmr test)")
+        out += found
+    return out
 
 
 def check_results_files(paths: list[str]) -> None:
@@ -24,8 +53,6 @@ def check_results_files(paths: list[str]) -> None:
                 doc = json.loads(f.read().decode("utf-8"))
         except FileNotFoundError:
             raise XmrError(f"{p}: file not found") from None
-        except IsADirectoryError:
-            raise XmrError(f"{p}: is a directory; {hint}") from None
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise XmrError(f"{p}: not a JSON file; {hint}") from None
         if not isinstance(doc, dict) or "protocol" not in doc or not isinstance(doc.get("i2t"), dict):
@@ -36,8 +63,9 @@ def check_results_files(paths: list[str]) -> None:
 def run(args):
     from xmr.report.tables import csv_table, markdown_table, result_rows
 
-    check_results_files(args.results)
-    rows = result_rows(args.results)
+    paths = expand_folders(args.results)
+    check_results_files(paths)
+    rows = result_rows(paths)
     text = csv_table(rows) if args.csv else markdown_table(rows)
     print(text, end="")
     if args.out:
