@@ -53,6 +53,8 @@ def test_encode_image_inputs_agree(runs, tiny_synth):
     from xmr.features.store import FeatureFile
 
     m = xmr.load(runs["vsepp"] / "best.pt", device="cpu")  # a checkpoint path works as well as the run dir
+    assert repr(m) == (f"Model(method='vsepp', name='api_vsepp', dataset='synth', embed_dim=32, device='cpu', "
+                       f"from='{runs['vsepp']}')")  # the tiny recipes' embedding size (conftest.py)
     h5 = tiny_synth.features_dir / "synth" / "efficientnet_lite0" / "test.h5"
     ff = FeatureFile(h5)
     rows = [3, 0, 7]

@@ -230,6 +230,11 @@ class Model:
     def method(self) -> str:
         return self.cfg["method"]
 
+    def __repr__(self) -> str:
+        where = self.run_dir if self.run_dir is not None else self.checkpoint
+        return (f"Model(method={self.method!r}, name={self.cfg['name']!r}, dataset={self.cfg['dataset']!r}, "
+                f"embed_dim={self.cfg['model'].get('embed_dim')}, device={str(self.device)!r}, from={str(where)!r})")
+
     # -- encoders -----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def encode_text(self, texts: Sequence[str]) -> np.ndarray:
