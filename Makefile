@@ -14,6 +14,9 @@ DEMO_TARGET ?= results/synth/dvse.json results/synth/dvse_fr.json
 DVC_TARGETS ?=
 MLFLOW_HOST ?= 127.0.0.1
 MLFLOW_PORT ?= 5000
+# setuptools' notice on every editable install ("be careful with folders in your working directory with the same
+# name as your package") is moot here, where that folder is the package: silenced by its message, nothing else
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation:UserWarning"
 
 .PHONY: demo test venv clean report repro mlflow-ui mlflow-server sync pull test-fast slurm-dry-run benchmark
 
@@ -21,7 +24,7 @@ $(BIN)/xmr: requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
+	$(QUIET_EDITABLE) $(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 venv: $(BIN)/xmr

@@ -112,6 +112,21 @@ def test_pyproject_licence_is_an_spdx_string_so_install_prints_no_deprecation(tm
     assert "License-Expression: MIT" in (dist / "METADATA").read_text()
 
 
+def test_editable_install_as_make_runs_it_prints_no_setuptools_banner(tmp_path):
+    # the Makefile's venv step installs xmr editable under QUIET_EDITABLE; setuptools' build of the editable wheel
+    # (what pip runs) prints its "!!" banner without it and nothing with it
+    make_var = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("QUIET_EDITABLE :="))
+    name, value = make_var.split(":=", 1)[1].strip().split("=", 1)
+    build = [sys.executable, "-c", "import sys; from setuptools import build_meta as b; b.build_editable(sys.argv[1])"]
+    outs = []
+    for extra in ({}, {name: value.strip('"')}):
+        r = subprocess.run([*build, str(tmp_path / f"w{len(outs)}")], cwd=REPO, env=xmr_env(**extra),
+                           capture_output=True, text=True, check=True)
+        outs.append(r.stdout + r.stderr)
+    assert "Editable installation" in outs[0] and "!!" in outs[0]
+    assert "!!" not in outs[1] and "Warning" not in outs[1], outs[1]
+
+
 @pytest.mark.parametrize("doc,needle", [("docs/methods/rrf.md", "xmr train --config config/recipes/f30k/rrf.yaml")])
 def test_rrf_card_example_names_its_out_dir(doc, needle, tmp_path):
     # the card's line, as printed (one line once the Markdown wrap is joined): on a clone without Flickr30K it
