@@ -13,12 +13,16 @@ def add_arguments(p):
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
 
 
+def _is_results(doc) -> bool:
+    """What ``xmr evaluate``/``xmr test`` write: a protocol and the retrieval metrics."""
+    return isinstance(doc, dict) and "protocol" in doc and isinstance(doc.get("i2t"), dict)
+
+
 def _is_results_file(path) -> bool:
     try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
+        return _is_results(json.loads(path.read_bytes().decode("utf-8")))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
-    return isinstance(doc, dict) and "protocol" in doc and isinstance(doc.get("i2t"), dict)
 
 
 def expand_folders(paths: list[str]) -> list[str]:
@@ -55,7 +59,7 @@ def check_results_files(paths: list[str]) -> None:
             raise XmrError(f"{p}: file not found") from None
         except (UnicodeDecodeError, json.JSONDecodeError):
             raise XmrError(f"{p}: not a JSON file; {hint}") from None
-        if not isinstance(doc, dict) or "protocol" not in doc or not isinstance(doc.get("i2t"), dict):
+        if not _is_results(doc):
             what = "a run's train.json" if isinstance(doc, dict) and "best_epoch" in doc else "not a results file"
             raise XmrError(f"{p}: {what} (no retrieval metrics); {hint}")
 

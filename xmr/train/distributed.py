@@ -26,7 +26,6 @@ import torch.distributed as torch_dist
 from torch.utils.data import Dataset, DistributedSampler
 
 from xmr.errors import XmrError
-from xmr.jobs import available_cpus
 
 T = TypeVar("T")
 
@@ -204,7 +203,7 @@ def launch_command(xmr_args: Sequence[str], nproc_per_node: int, nnodes: int = 1
         if cpus_per_task is None:
             # the SLURM executor's job step drops SLURM_CPUS_PER_TASK; the CPUs this batch step may use are
             # the job's CPUs on this node, shared by its tasks
-            cpus_per_task = max(1, available_cpus() // nproc_per_node)
+            cpus_per_task = max(1, len(os.sched_getaffinity(0)) // nproc_per_node)
         return ["srun", f"--ntasks={world}", f"--nodes={nnodes}", f"--ntasks-per-node={nproc_per_node}",
                 f"--cpus-per-task={cpus_per_task}", "--kill-on-bad-exit=1", python, "-m", "xmr", *xmr_args]
     if nnodes > 1:
