@@ -133,8 +133,9 @@ def test_one_training_job_request_for_every_kind():
 
 
 def test_extraction_decodes_on_all_but_the_main_processs_cpu():
-    # 1 CPU: no worker process (decoding inline); a GPU node's 8: 7 decoders beside the process feeding the GPU
-    assert [extract_workers(c) for c in (1, 2, 8)] == [0, 1, 7]
+    # 1 CPU: no worker process (decoding inline); a GPU node's 8: 7 decoders beside the process feeding the GPU;
+    # a hand run on a large node without an allocation: at most 16
+    assert [extract_workers(c) for c in (1, 2, 8, 17, 64)] == [0, 1, 7, 16, 16]
 
 
 def test_a_rerankers_extra_inputs_come_from_its_spec():

@@ -37,11 +37,17 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: the most decoding processes an extraction starts by itself: a hand run on a large shared node (no affinity)
+#: would otherwise start one per core, each with its own copy of the loader's state
+MAX_EXTRACT_WORKERS = 16
+
+
 def extract_workers(cpus: int) -> int:
     """Image-decoding processes of an extraction job with ``cpus`` CPUs: one fewer, since the main process needs
-    a CPU to run the network (or to feed the GPU). On one CPU that is 0: decoding in the main process, which is
-    faster than a worker competing with it for the same core (docs/benchmarks.md "Feature extraction")."""
-    return max(int(cpus) - 1, 0)
+    a CPU to run the network (or to feed the GPU), and at most :data:`MAX_EXTRACT_WORKERS`. On one CPU that is 0:
+    decoding in the main process, which is faster than a worker competing with it for the same core
+    (docs/benchmarks.md "Feature extraction")."""
+    return min(max(int(cpus) - 1, 0), MAX_EXTRACT_WORKERS)
 
 
 def train_procs(resources: dict, dataset: str) -> tuple[int, int]:

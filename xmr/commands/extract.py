@@ -11,7 +11,7 @@ def add_arguments(p):
     p.add_argument("--config-dir", default="config")
     p.add_argument("--batch-size", type=int, help="default: the backbone config's batch_size")
     p.add_argument("--workers", type=int, help="image decoding processes (default: one fewer than the CPUs this "
-                   "process may use; 0 decodes in the main process)")
+                   "process may use, at most 16; 0 decodes in the main process)")
     p.add_argument("--threads", type=int, help="torch CPU threads of the backbone (default: torch's, one per "
                    "core); fixed, it makes the features the same on any core count")
     p.add_argument("--device", default="auto")
