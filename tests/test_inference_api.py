@@ -48,7 +48,7 @@ def test_encode_then_similarity_equals_xmr_score(runs, tiny_synth, tmp_path, met
     np.testing.assert_allclose(sims, expected, rtol=0, atol=1e-5)
 
 
-def test_encode_image_inputs_agree(runs, tiny_synth):
+def test_encode_image_inputs_agree(runs, tiny_synth, capfd):
     """Rows of the feature file, the same features as an array, and the image files through the backbone."""
     from xmr.features.store import FeatureFile
 
@@ -63,8 +63,12 @@ def test_encode_image_inputs_agree(runs, tiny_synth):
     from_array = m.encode_image(arr, num_regions=ff.num_regions[rows])
     np.testing.assert_allclose(from_array, from_rows, rtol=0, atol=1e-6)
     test = load_split(m.cfg["dataset_cfg"], "test")
+    capfd.readouterr()
     from_files = m.encode_image([test.image_paths[i] for i in rows])  # extracted as `xmr extract` does
     np.testing.assert_allclose(from_files, from_rows, rtol=0, atol=1e-4)
+    # a second query reuses the backbone the first one built (its weights are loaded once) and gives the same bits
+    np.testing.assert_array_equal(m.encode_image([test.image_paths[i] for i in rows]), from_files)
+    assert capfd.readouterr().out.count("Loaded pretrained weights for efficientnet-lite0") == 1
 
 
 def test_search_ranks_by_similarity(runs):

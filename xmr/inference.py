@@ -225,6 +225,7 @@ class Model:
         self.model, self.cfg, self.device, self.run_dir = model.eval(), cfg, device, run_dir
         self.checkpoint = checkpoint
         self.batch_size = int(cfg["eval"]["batch_size"])
+        self._backbone = None  # the run's feature extractor, built by the first image-file query and kept
 
     @property
     def method(self) -> str:
@@ -320,9 +321,14 @@ class Model:
                            f"cannot be encoded; pass precomputed features")
         split = CaptionedSplit(name="query", split="query", image_ids=[str(i) for i in range(len(paths))],
                                image_paths=paths, captions=[], caption_image=np.zeros(0, dtype=np.int64))
+        if self._backbone is None:
+            from xmr.features.backbones import build_backbone
+
+            self._backbone = build_backbone(self.cfg["backbone_cfg"])
         with tempfile.TemporaryDirectory(prefix="xmr-query-") as tmp:
             h5 = extract_features(split, self.cfg["backbone_cfg"], Path(tmp) / "query.h5",
-                                  batch_size=self.batch_size, workers=0, progress=False, device=str(self.device))
+                                  batch_size=self.batch_size, workers=0, progress=False, device=str(self.device),
+                                  backbone=self._backbone)
             ff = FeatureFile(h5, in_memory=True)
             return self._encode_feature_rows(ff, list(range(len(paths))))
 
