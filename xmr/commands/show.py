@@ -27,7 +27,8 @@ def _is_results_file(path) -> bool:
 
 def expand_folders(paths: list[str]) -> list[str]:
     """A folder stands for the results files in it (sorted by name; its other JSON files, such as DVC's
-    ``*.metrics.json``, are left out)."""
+    ``*.metrics.json``, are left out). Named files are checked (:func:`check_results_files`); a folder's already
+    were, by the filter."""
     from pathlib import Path
 
     from xmr.errors import XmrError
@@ -35,6 +36,7 @@ def expand_folders(paths: list[str]) -> list[str]:
     out = []
     for p in paths:
         if not Path(p).is_dir():
+            check_results_files([p])
             out.append(p)
             continue
         found = [str(f) for f in sorted(Path(p).glob("*.json")) if _is_results_file(f)]
@@ -67,9 +69,7 @@ def check_results_files(paths: list[str]) -> None:
 def run(args):
     from xmr.report.tables import csv_table, markdown_table, result_rows
 
-    paths = expand_folders(args.results)
-    check_results_files(paths)
-    rows = result_rows(paths)
+    rows = result_rows(expand_folders(args.results))
     text = csv_table(rows) if args.csv else markdown_table(rows)
     print(text, end="")
     if args.out:
