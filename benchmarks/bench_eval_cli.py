@@ -87,6 +87,45 @@ def gemm_child(lib: str, files: list[str], env: dict[str, str]) -> dict:
     return json.loads(printed.strip().splitlines()[-1])
 
 
+def separate_measurements(res: dict, args: argparse.Namespace, img: np.ndarray, cap: np.ndarray, files: list[str],
+                          evaluate: list[str], base: dict[str, str], protocol: str, tmp: str) -> None:
+    """Measurements 1-3 (the bare GEMMs, the CLI native and pinned, the two-step path) into `res`."""
+    x = img.reshape(-1, args.dim)
+    t0, c0 = time.perf_counter(), time.process_time()
+    out = x @ cap.T
+    res["bare_numpy"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    del out, x
+    print(f"bare numpy GEMM (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}): "
+          f"{res['bare_numpy']['wall_s']:.2f} s wall, {res['bare_numpy']['cpu_s']:.2f} s CPU", flush=True)
+    res["bare_numpy_openblas_default"] = gemm_child("numpy", files, base)
+    print(f"bare numpy GEMM (OpenBLAS's own kernels): {res['bare_numpy_openblas_default']['wall_s']:.2f} s wall, "
+          f"{res['bare_numpy_openblas_default']['cpu_s']:.2f} s CPU", flush=True)
+
+    for key, extra in (("cli_native", {}), ("cli_pinned", {"XMR_PORTABLE_CPU": "1"})):
+        wall, cpu, printed = child(evaluate, base | extra)
+        own = res["bare_numpy_openblas_default"]
+        res[key] = {"wall_s": wall, "cpu_s": cpu, "rsum": json.loads((Path(tmp) / "M.json").read_text())["rsum"],
+                    "over_bare_wall": wall / res["bare_numpy"]["wall_s"],
+                    "over_bare_cpu": cpu / res["bare_numpy"]["cpu_s"],
+                    "over_openblas_default_wall": wall / own["wall_s"],
+                    "over_openblas_default_cpu": cpu / own["cpu_s"]}
+        print(f"{key}: {wall:.2f} s wall ({res[key]['over_bare_wall']:.2f}x bare, "
+              f"{res[key]['over_openblas_default_wall']:.2f}x OpenBLAS's own), {cpu:.2f} s CPU "
+              f"({res[key]['over_bare_cpu']:.2f}x, {res[key]['over_openblas_default_cpu']:.2f}x); "
+              f"{printed.strip().splitlines()[-1]}", flush=True)
+    if args.two_step:
+        sims = str(Path(tmp) / "S.npy")
+        w1, c1, _ = child([sys.executable, "-m", "xmr", "similarity", "--images", files[0], "--captions", files[1],
+                           "--measure", "max", "--out", sims], base)
+        w2, c2, _ = child([sys.executable, "-m", "xmr", "evaluate", "--sims", sims, "--protocol", protocol,
+                           "--rerank", "fr", "--out", str(Path(tmp) / "M2.json")], base)
+        res["two_step"] = {"wall_s": w1 + w2, "cpu_s": c1 + c2,
+                           "over_bare_wall": (w1 + w2) / res["bare_numpy"]["wall_s"],
+                           "over_bare_cpu": (c1 + c2) / res["bare_numpy"]["cpu_s"]}
+        print(f"two_step: {w1 + w2:.2f} s wall ({res['two_step']['over_bare_wall']:.2f}x), "
+              f"{c1 + c2:.2f} s CPU ({res['two_step']['over_bare_cpu']:.2f}x)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of 5000 images / 25,000 captions (default 1)")
@@ -95,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--two-step", action="store_true", help="also time xmr similarity + xmr evaluate --sims")
     ap.add_argument("--pairs", type=int, default=3,
                     help="interleaved (NumPy's own GEMM, default CLI) pairs; their median ratio is the verdict")
+    ap.add_argument("--only-pairs", action="store_true", help="skip measurements 1-4: the pairs alone")
+    ap.add_argument("--profile", action="store_true",
+                    help="also run the default CLI once under cProfile and print its 25 costliest functions")
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--gemm", nargs=3, metavar=("LIB", "I", "C"), help=argparse.SUPPRESS)  # the child's job
     args = ap.parse_args(argv)
@@ -115,44 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         files = [str(Path(tmp) / "I.npy"), str(Path(tmp) / "C.npy")]
         np.save(files[0], img)
         np.save(files[1], cap)
-        x = img.reshape(n * args.k, args.dim)
-        del img
-        t0, c0 = time.perf_counter(), time.process_time()
-        out = x @ cap.T
-        res["bare_numpy"] = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
-        del out, x, cap
-        print(f"bare numpy GEMM (OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}): "
-              f"{res['bare_numpy']['wall_s']:.2f} s wall, {res['bare_numpy']['cpu_s']:.2f} s CPU", flush=True)
         base = {k: v for k, v in os.environ.items() if k not in PIN_VARS} | {"PYTHONPATH": str(ROOT)}
-        res["bare_numpy_openblas_default"] = gemm_child("numpy", files, base)
-        print(f"bare numpy GEMM (OpenBLAS's own kernels): {res['bare_numpy_openblas_default']['wall_s']:.2f} s wall, "
-              f"{res['bare_numpy_openblas_default']['cpu_s']:.2f} s CPU", flush=True)
-
         evaluate = [sys.executable, "-m", "xmr", "evaluate", "--images", *files[:1], "--captions", files[1],
                     "--measure", "max", "--protocol", protocol, "--rerank", "fr", "--out", str(Path(tmp) / "M.json")]
-        for key, extra in (("cli_native", {}), ("cli_pinned", {"XMR_PORTABLE_CPU": "1"})):
-            wall, cpu, printed = child(evaluate, base | extra)
-            own = res["bare_numpy_openblas_default"]
-            res[key] = {"wall_s": wall, "cpu_s": cpu, "rsum": json.loads((Path(tmp) / "M.json").read_text())["rsum"],
-                        "over_bare_wall": wall / res["bare_numpy"]["wall_s"],
-                        "over_bare_cpu": cpu / res["bare_numpy"]["cpu_s"],
-                        "over_openblas_default_wall": wall / own["wall_s"],
-                        "over_openblas_default_cpu": cpu / own["cpu_s"]}
-            print(f"{key}: {wall:.2f} s wall ({res[key]['over_bare_wall']:.2f}x bare, "
-                  f"{res[key]['over_openblas_default_wall']:.2f}x OpenBLAS's own), {cpu:.2f} s CPU "
-                  f"({res[key]['over_bare_cpu']:.2f}x, {res[key]['over_openblas_default_cpu']:.2f}x); "
-                  f"{printed.strip().splitlines()[-1]}", flush=True)
-        if args.two_step:
-            sims = str(Path(tmp) / "S.npy")
-            w1, c1, _ = child([sys.executable, "-m", "xmr", "similarity", "--images", files[0], "--captions", files[1],
-                               "--measure", "max", "--out", sims], base)
-            w2, c2, _ = child([sys.executable, "-m", "xmr", "evaluate", "--sims", sims, "--protocol", protocol,
-                               "--rerank", "fr", "--out", str(Path(tmp) / "M2.json")], base)
-            res["two_step"] = {"wall_s": w1 + w2, "cpu_s": c1 + c2,
-                               "over_bare_wall": (w1 + w2) / res["bare_numpy"]["wall_s"],
-                               "over_bare_cpu": (c1 + c2) / res["bare_numpy"]["cpu_s"]}
-            print(f"two_step: {w1 + w2:.2f} s wall ({res['two_step']['over_bare_wall']:.2f}x), "
-                  f"{c1 + c2:.2f} s CPU ({res['two_step']['over_bare_cpu']:.2f}x)", flush=True)
+        if not args.only_pairs:
+            separate_measurements(res, args, img, cap, files, evaluate, base, protocol, tmp)
+        del img, cap
         pairs = []
         for i in range(args.pairs):
             g = gemm_child("numpy", files, base)
@@ -168,12 +178,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"target: default CLI / NumPy's own GEMM, median of {len(pairs)} interleaved pairs: "
                   f"{med_wall:.2f}x wall, {med_cpu:.2f}x CPU ({'met' if med_wall <= 1.4 else 'not met'}: <= 1.4x)",
                   flush=True)
+        if args.profile:
+            _, _, printed = child([sys.executable, "-m", "cProfile", "-s", "tottime", *evaluate[1:]], base)
+            lines = printed.splitlines()
+            top = lines[next((i for i, ln in enumerate(lines) if "ncalls" in ln), 0):][:26]
+            res["profile_top"] = top
+            print("\n".join(["# cProfile of the default CLI, by own time:", *top]), flush=True)
+        if args.only_pairs:
+            return finish(res, args)
         from xmr.reproducibility import PORTABLE_CPU_ENV
 
         res["torch_gemm_pinned"] = gemm_child("torch", files, base | PORTABLE_CPU_ENV)
         res["torch_gemm_native"] = gemm_child("torch", files, base)
         for key in ("torch_gemm_pinned", "torch_gemm_native"):
             print(f"{key}: {res[key]['wall_s']:.2f} s wall, {res[key]['cpu_s']:.2f} s CPU", flush=True)
+    return finish(res, args)
+
+
+def finish(res: dict, args: argparse.Namespace) -> int:
     res["loadavg_end"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")

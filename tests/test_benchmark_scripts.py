@@ -1,8 +1,10 @@
 """Every script in benchmarks/ answers `--help` with its usage and exit 0, and measures nothing: a user (and the
-docs test's dry runs, which append --help) can ask any of them what it does without starting a benchmark."""
+docs test's dry runs, which append --help) can ask any of them what it does without starting a benchmark. And the
+one that re-runs the workflow's jobs by itself (device_session.py) runs the jobs the workflow plans."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +29,28 @@ def test_help_prints_usage_and_runs_nothing(script):
     # argparse's help is all it printed: a measurement would print its table, digests or figures first
     assert r.stdout.startswith(f"usage: {script}"), r.stdout[:500]
     assert "options:" in r.stdout
+
+
+def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_demo():
+    """benchmarks/device_session.py times `make demo` on machines without snakemake and MLflow by running its jobs
+    itself: they must stay the jobs the workflow runs, flag for flag (tracking switched off aside)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import device_session
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "-p", "-F", "--nolock", "-c2",
+           "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+    r = subprocess.run(cmd, cwd=REPO, env=xmr_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    planned = []
+    for line in r.stdout.splitlines():
+        if line.startswith("Shell command:"):
+            words = shlex.split(line.split(":", 1)[1])
+            end = next(i for i, w in enumerate(words) if w in (">", "2>&1", "|"))
+            assert words[1:3] == ["-m", "xmr"], line
+            planned.append(words[3:end])
+    lane = [[w for w in job[3:] if w not in ("--no-tracking", "--set", "tracking.enabled=false")]
+            for stage in device_session.demo_jobs() for job in stage]
+    assert len(planned) == 8  # synth, 3 extractions, train, score, 2 evaluations
+    assert sorted(lane) == sorted(planned)
