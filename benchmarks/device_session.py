@@ -51,14 +51,15 @@ def xmr(*args: str) -> list[str]:
 
 
 def demo_jobs() -> list[list[list[str]]]:
-    """`make demo`'s jobs as snakemake --cores 2 runs them: stages in order, the jobs of a stage side by side."""
-    feats = [[xmr("extract", "--dataset", "synth", "--backbone", "efficientnet_lite0_128", "--split", split,
-                  "--out", f"{DEMO_FEATURES.relative_to(ROOT)}/{split}.h5", "--workers", "0", "--threads", "1",
-                  "--no-progress")]
+    """`make demo`'s jobs as snakemake --cores 2 runs them: stages in order, the jobs of a stage side by side, two
+    at a time (the three one-thread extractions: train and val, then test as soon as val is done)."""
+    feats = [xmr("extract", "--dataset", "synth", "--backbone", "efficientnet_lite0_128", "--split", split,
+             "--out", f"{DEMO_FEATURES.relative_to(ROOT)}/{split}.h5", "--workers", "0", "--threads", "1",
+             "--no-progress")
              for split in ("train", "val", "test")]
     test = ["test", "--run", "runs/synth/dvse", "--sims", "runs/synth/dvse/test_sims.npy", "--no-tracking"]
     metrics = ["--metrics-out", "results/synth/{}.metrics.json"]
-    return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], *feats,
+    return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], feats,
             [xmr("train", "--run", "runs/synth/dvse", "--no-progress", *NO_TRACKING)],
             [xmr("score", "--run", "runs/synth/dvse", "--out", "runs/synth/dvse/test_sims.npy", "--no-progress")],
             [xmr(*test, "--out", "results/synth/dvse.json", metrics[0], metrics[1].format("dvse")),
@@ -80,7 +81,7 @@ class Session:
                       "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
 
     def run(self, lane: str, name: str, cmds: list[list[str]], timeout: float) -> bool:
-        """Run `cmds` side by side on the lane's CPUs; False (and the rest of the lane skipped) on failure."""
+        """Run `cmds` on the lane's CPUs, as many at a time as it has CPUs (in order); False on a failure."""
         log = self.out / f"{name}.log"
         t0 = time.perf_counter()
 
@@ -95,7 +96,7 @@ class Session:
             except subprocess.TimeoutExpired:
                 return 124
 
-        with ThreadPoolExecutor(len(cmds)) as pool:
+        with ThreadPoolExecutor(min(len(cmds), len(self.cpus[lane]))) as pool:
             codes = list(pool.map(one, cmds))
         secs = time.perf_counter() - t0
         rc = max(codes, key=abs)
