@@ -4,6 +4,7 @@ one that re-runs the workflow's jobs by itself (device_session.py) runs the jobs
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -54,3 +55,23 @@ def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_de
             for stage in device_session.demo_jobs() for job in stage]
     assert len(planned) == 8  # synth, 3 extractions, train, score, 2 evaluations
     assert sorted(lane) == sorted(planned)
+
+
+def test_bench_eval_cli_times_pairs_alone_and_profiles_the_command(tmp_path):
+    """`--only-pairs --profile` (how the lent machine's short call ran it): the interleaved pairs and a profile of
+    the documented `xmr evaluate` command, none of the separate measurements."""
+    out = tmp_path / "cli.json"
+    r = subprocess.run([sys.executable, "benchmarks/bench_eval_cli.py", "--scale", "0.01", "--only-pairs",
+                        "--pairs", "2", "--profile", "--json", str(out)], cwd=REPO, env=xmr_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    pairs = res["interleaved"]["pairs"]
+    assert len(pairs) == 2
+    for p in pairs:
+        assert p["ratio_wall"] == pytest.approx(p["cli_wall_s"] / p["gemm_wall_s"])
+    median = (pairs[0]["ratio_wall"] + pairs[1]["ratio_wall"]) / 2  # of two
+    assert res["interleaved"]["median_ratio_wall"] == pytest.approx(median)
+    assert "ncalls" in res["profile_top"][0] and len(res["profile_top"]) == 26
+    assert "bare_numpy" not in res and "cli_native" not in res and "torch_gemm_native" not in res
+    assert "cProfile of the default CLI" in r.stdout
