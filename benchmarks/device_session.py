@@ -4,7 +4,8 @@ Not a test (CI has no GPU). Three lanes run side by side, each on its own CPUs, 
 
 - ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse.json
   results/synth/dvse_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
-  snakemake do not fit what can be carried to that machine); the same lane on this machine gives the comparison.
+  snakemake do not fit what can be carried to that machine); the same lane on this machine gives the comparison
+  (here it times within the VM's drift of `make demo`: docs/benchmarks.md).
   The DVSE recipe initialises its words from GloVe, whose 80 MB package does not fit either: ``--glove-stand-in
   DIR`` (here, after a demo) writes a package of the same name holding only the synth captions' words, in the
   file's order, so the demo reads the same vectors; carry DIR and put it on PYTHONPATH there.
@@ -17,8 +18,11 @@ Every step writes its log (and JSON where the script has one) under ``--out``; `
 exit status and seconds, and a short table is printed last.
 
     .venv/bin/python benchmarks/device_session.py --glove-stand-in .whl/glove   # here, once, after make demo
-    python benchmarks/device_session.py --out "$OUT"                       # on the device machine
-    .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes demo --device cpu   # the demo lane here
+    python benchmarks/device_session.py --out /tmp/ds --tar "$OUT/session.tgz"    # on the device machine
+    .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes demo      # the demo lane here
+
+``--tar`` rewrites one archive of ``--out`` after every step, so a call stopped at its time limit still returns
+what finished (the device returns at most 8 files).
 """
 
 from __future__ import annotations
@@ -68,8 +72,9 @@ def demo_jobs() -> list[list[list[str]]]:
 
 
 class Session:
-    def __init__(self, out: Path, cpus: dict[str, list[int]]) -> None:
-        self.out, self.cpus, self.steps, self.lock = out, cpus, [], threading.Lock()
+    def __init__(self, out: Path, cpus: dict[str, list[int]], tar: Path | None = None) -> None:
+        self.out, self.cpus, self.steps, self.lock, self.tar = out, cpus, [], threading.Lock(), tar
+        self.wall_s: float | None = None
         self.demo_ended = threading.Event()
 
     def env(self, lane: str) -> dict[str, str]:
@@ -79,6 +84,22 @@ class Session:
         return env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                       "PYTHONPYCACHEPREFIX": PYCACHE, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": n,
                       "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+
+    def summary(self) -> None:
+        (self.out / "summary.json").write_text(json.dumps({"cpus": self.cpus, "steps": self.steps,
+                                                           "wall_s": self.wall_s}, indent=1) + "\n")
+
+    def archive(self) -> None:
+        """The summary, and the --tar archive of everything under --out rewritten (renamed into place)."""
+        self.summary()
+        if self.tar is None:
+            return
+        import tarfile
+
+        part = self.tar.with_name(self.tar.name + ".part")
+        with tarfile.open(part, "w:gz") as tf:
+            tf.add(self.out, arcname=".")
+        os.replace(part, self.tar)
 
     def run(self, lane: str, name: str, cmds: list[list[str]], timeout: float) -> bool:
         """Run `cmds` on the lane's CPUs, as many at a time as it has CPUs (in order); False on a failure."""
@@ -102,6 +123,7 @@ class Session:
         rc = max(codes, key=abs)
         with self.lock:
             self.steps.append({"lane": lane, "step": name, "rc": rc, "s": round(secs, 2)})
+            self.archive()
         print(f"[{lane}] {name}: rc {rc}, {secs:.1f} s", flush=True)
         return rc == 0
 
@@ -203,6 +225,7 @@ def facts(out: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--tar", type=Path, help="keep a .tgz of --out up to date after every step (e.g. $OUT/x.tgz)")
     ap.add_argument("--glove-stand-in", type=Path, metavar="DIR",
                     help="write the GloVe stand-in package under DIR (from data/synth) and exit")
     ap.add_argument("--lanes", nargs="+", choices=list(LANES), default=list(LANES))
@@ -221,7 +244,7 @@ def main() -> int:
     ncpu = sorted(os.sched_getaffinity(0))
     split = {"demo": ncpu[0:2], "cli": ncpu[2:4], "gpu": ncpu[4:] or ncpu}
     cpus = {lane: split[lane] if len(ncpu) >= 6 else ncpu for lane in args.lanes}
-    s = Session(args.out, cpus | {"setup": ncpu})
+    s = Session(args.out, cpus | {"setup": ncpu}, args.tar)
     t0 = time.perf_counter()
     if not args.no_bytecode:
         found = [importlib.util.find_spec(name) for name in PACKAGES]
@@ -234,8 +257,8 @@ def main() -> int:
         t.start()
     for t in threads:
         t.join()
-    (args.out / "summary.json").write_text(json.dumps({"cpus": cpus, "steps": s.steps,
-                                                       "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
+    s.wall_s = time.perf_counter() - t0
+    s.archive()
     print(f"{'lane':5} {'step':22} {'rc':>4} {'s':>7}")
     for st in s.steps:
         print(f"{st['lane']:5} {st['step']:22} {st['rc']:>4} {st['s']:>7.1f}")
