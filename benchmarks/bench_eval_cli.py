@@ -18,6 +18,9 @@ first (not timed), then, on the same files:
    then the default CLI. Their median ratio is the target's verdict: a VM's speed can drift between the separate
    measurements above (on the 2-core development VM by up to 1.4x within minutes), and a pair sees the same drift.
 
+``--only-pairs`` skips 1-4 (the short form for a lent machine's time-boxed call); ``--profile`` also runs the
+default CLI once under cProfile and prints its 25 costliest functions by own time.
+
 Wall times and CPU times (the children's, from getrusage) are both reported: on a shared, loaded machine the
 CPU time is the steadier measure of work done. Target (issue 33): the default CLI <= 1.4x NumPy's own GEMM.
 
