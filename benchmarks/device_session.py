@@ -1,6 +1,6 @@
 """One lease of the lent GPU machine, prepared: GPU checks and the issue-33 CPU figures, each step time-boxed.
 
-Not a test (CI has no GPU). Three lanes run side by side, each on its own CPUs, so that one short call covers them:
+Not a test (CI has no GPU). Its lanes run side by side, each on its own CPUs, so that one short call covers them:
 
 - ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse.json
   results/synth/dvse_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
@@ -10,6 +10,9 @@ Not a test (CI has no GPU). Three lanes run side by side, each on its own CPUs, 
   DIR`` (here, after a demo) writes a package of the same name holding only the synth captions' words, in the
   file's order, so the demo reads the same vectors; carry DIR and put it on PYTHONPATH there.
 - ``cli`` (CPUs 2-3): ``bench_eval_cli.py`` at full scale (default ``xmr evaluate`` against NumPy's own GEMM).
+- ``tests`` (CPUs 4-5; not run unless named): the process-heavy test files of ``TEST_FILES`` (trainings, kills,
+  resumes) under ``pytest -n 2``, as ``make test`` runs them: their time there against here estimates the whole
+  suite's there, which needs snakemake, DVC and MLflow (not carried).
 - ``gpu`` (the other CPUs and the GPU): ``check_gpu.py``, ``bench_eval.py``, ``bench_train.py --sync-debug
   --profile``, ``bench_extract.py --decoder pil device``, then the demo recipe trained on the GPU from the demo
   lane's features.
@@ -20,6 +23,7 @@ exit status and seconds, and a short table is printed last.
     .venv/bin/python benchmarks/device_session.py --glove-stand-in .whl/glove   # here, once, after make demo
     python benchmarks/device_session.py --out /tmp/ds --tar "$OUT/session.tgz"    # on the device machine
     .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes demo      # the demo lane here
+    .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes tests     # the tests lane here
 
 ``--tar`` rewrites one archive of ``--out`` after every step, so a call stopped at its time limit still returns
 what finished (the device returns at most 8 files).
@@ -43,6 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 DEMO_FEATURES = ROOT / "features/synth/efficientnet_lite0_128"
 NO_TRACKING = ["--set", "tracking.enabled=false"]
+# the tests lane's files: 10 % of the suite's worker time, nearly all of it `xmr` processes (trainings, kills,
+# resumes), none needing snakemake, DVC, MLflow or MiniLM; here, 117-125 s on two workers (2026-11-27)
+TEST_FILES = ("tests/test_kill_points.py", "tests/test_benchmark_sanity.py", "tests/test_resume.py",
+              "tests/test_samplers.py")
 # The lent machine's Python has no bytecode for its packages (a profile of `xmr evaluate` there: 929 modules
 # compiled, 2.6 s of a 12.7 s run), which a venv made by pip has: compiled once into this cache before the lanes.
 PYCACHE = os.environ.get("PYTHONPYCACHEPREFIX") or os.path.join(tempfile.gettempdir(), "xmr-pycache")
@@ -179,7 +187,12 @@ def lane_gpu(s: Session, args: argparse.Namespace) -> None:
                                                   "--no-tracking", "--out", str(o / "dvse_device_fr.json"))], 300)
 
 
-LANES = {"demo": lane_demo, "cli": lane_cli, "gpu": lane_gpu}
+def lane_tests(s: Session, args: argparse.Namespace) -> None:
+    s.run("tests", "pytest_subset", [[PY, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "-p",
+                                      "no:cacheprovider", "--durations=0", *args.test_files]], 540)
+
+
+LANES = {"demo": lane_demo, "cli": lane_cli, "tests": lane_tests, "gpu": lane_gpu}
 
 
 def glove_stand_in(out: Path, dataset: Path = ROOT / "data/synth/dataset_synth.json") -> int:
@@ -228,7 +241,9 @@ def main() -> int:
     ap.add_argument("--tar", type=Path, help="keep a .tgz of --out up to date after every step (e.g. $OUT/x.tgz)")
     ap.add_argument("--glove-stand-in", type=Path, metavar="DIR",
                     help="write the GloVe stand-in package under DIR (from data/synth) and exit")
-    ap.add_argument("--lanes", nargs="+", choices=list(LANES), default=list(LANES))
+    ap.add_argument("--lanes", nargs="+", choices=list(LANES), default=["demo", "cli", "gpu"])
+    ap.add_argument("--test-files", nargs="+", default=list(TEST_FILES), metavar="FILE",
+                    help="the tests lane's files (default: %(default)s)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--scale", type=float, default=1.0, help="bench_eval / bench_eval_cli scale")
     ap.add_argument("--quick", action="store_true", help="short GPU-lane steps (to try the script on a CPU)")
@@ -242,8 +257,10 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     facts(args.out)
     ncpu = sorted(os.sched_getaffinity(0))
-    split = {"demo": ncpu[0:2], "cli": ncpu[2:4], "gpu": ncpu[4:] or ncpu}
-    cpus = {lane: split[lane] if len(ncpu) >= 6 else ncpu for lane in args.lanes}
+    split = {"demo": ncpu[0:2], "cli": ncpu[2:4], "tests": ncpu[4:6],
+             "gpu": ncpu[6 if "tests" in args.lanes else 4:] or ncpu}
+    apart = len(ncpu) >= (8 if "tests" in args.lanes else 6)  # else every lane shares every CPU
+    cpus = {lane: split[lane] if apart else ncpu for lane in args.lanes}
     s = Session(args.out, cpus | {"setup": ncpu}, args.tar)
     t0 = time.perf_counter()
     if not args.no_bytecode:

@@ -150,9 +150,11 @@ def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size
 
 
 def xmr_env(**extra: str) -> dict[str, str]:
-    """The environment of an ``xmr`` subprocess: this checkout's package first on the path, one thread (2 shared
-    cores), no fault injection unless ``extra`` sets ``XMR_FAULT``."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    """The environment of an ``xmr`` subprocess: this checkout's package first on the path (an inherited
+    PYTHONPATH after it: packages carried to a machine that lacks them), one thread (2 shared cores), no fault
+    injection unless ``extra`` sets ``XMR_FAULT``."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.pop("XMR_FAULT", None)
     env.update(extra)
     return env

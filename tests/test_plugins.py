@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import yaml
 
 from xmr.layout import parse_target, result_path, run_dir
 
-from conftest import run_xmr
+from conftest import run_xmr, xmr_env
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,7 +112,7 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
         "model": {"embed_dim": 16}, "loss": {}, "text": {"hidden_dim": 16},
         "optim": {"lr": 0.001}, "train": {"epochs": 1, "batch_size": 256, "val_max_images": 10},
         "eval": {"batch_size": 64}, "tracking": {"enabled": False}}))
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XMR_PLUGINS=str(plugin))
+    env = xmr_env(XMR_PLUGINS=str(plugin))
     project = tiny_synth.root
     cfg_dir = tiny_synth.config_dir
 
@@ -172,7 +171,7 @@ def test_a_plugin_method_is_covered_by_the_conformance_test(tmp_path):
     toy method of the plugin above."""
     plugin = tmp_path / "toy_plugin.py"
     plugin.write_text(TOY_PLUGIN)
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", XMR_PLUGINS=str(plugin))
+    env = xmr_env(XMR_PLUGINS=str(plugin))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         str(REPO / "tests" / "test_method_conformance.py"), "-k", "toy"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)

@@ -9,27 +9,23 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from xmr.errors import XmrError
 from xmr.run_lock import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import xmr_env
+
 HOLD = ("import sys, time; from xmr.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)")
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture
 def holder(tmp_path):
     """A live process holding the lock of ``tmp_path / 'run'``."""
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], env=_env(), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run)], env=xmr_env(), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     yield run, proc
     proc.kill()
@@ -40,7 +36,7 @@ def test_second_train_on_a_live_run_exits_in_one_line_naming_the_holder(holder, 
     run, proc = holder
     recipe = tiny_synth.recipe("vsepp", name="vsepp_locked")
     out = subprocess.run([sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(run),
-                          "--no-progress"], env=_env(), capture_output=True, text=True, timeout=300)
+                          "--no-progress"], env=xmr_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
