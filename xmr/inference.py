@@ -327,7 +327,7 @@ class Model:
             self._backbone = build_backbone(self.cfg["backbone_cfg"])
         with tempfile.TemporaryDirectory(prefix="xmr-query-") as tmp:
             h5 = extract_features(split, self.cfg["backbone_cfg"], Path(tmp) / "query.h5",
-                                  batch_size=self.batch_size, workers=0, progress=False, device=str(self.device),
+                                  batch_size=self.batch_size, workers=0, progress=None, device=str(self.device),
                                   backbone=self._backbone)
             ff = FeatureFile(h5, in_memory=True)
             return self._encode_feature_rows(ff, list(range(len(paths))))

@@ -42,12 +42,12 @@ def eta(seconds_done: float, done: int, total: int) -> str:
 
 class LineLog:
     """A stand-in for a disabled tqdm bar (``update``/``set_postfix``/``close``, iterable): a line every
-    ``every`` updates (0: none) and a throughput line at ``close``."""
+    ``every`` updates (0: none) and a throughput line at ``close``, unless ``silent`` (library calls)."""
 
     def __init__(self, iterable: Iterable | None = None, desc: str = "", total: int | None = None,
-                 unit: str = "it", initial: int = 0, every: int = 0) -> None:
+                 unit: str = "it", initial: int = 0, every: int = 0, silent: bool = False) -> None:
         self.iterable, self.desc, self.total, self.unit, self.every = iterable, desc, total, unit, every
-        self.n, self.start_n, self.t0, self.calls = initial, initial, time.time(), 0
+        self.n, self.start_n, self.t0, self.calls, self.silent = initial, initial, time.time(), 0, silent
 
     def __iter__(self) -> Iterator:
         for item in self.iterable or ():
@@ -57,7 +57,7 @@ class LineLog:
     def update(self, n: int = 1) -> None:
         self.n += n
         self.calls += 1
-        if self.every and self.calls % self.every == 0:
+        if self.every and self.calls % self.every == 0 and not self.silent:
             dt = time.time() - self.t0
             done = self.n - self.start_n
             log_line(self.desc, done=f"{self.n}/{self.total or '?'}", **{f"{self.unit}_per_s": done / max(dt, 1e-9)},
@@ -67,6 +67,8 @@ class LineLog:
         pass
 
     def close(self) -> None:
+        if self.silent:
+            return
         dt = time.time() - self.t0
         done = self.n - self.start_n
         log_line(self.desc, done=f"{self.n}/{self.total or self.n}", seconds=dt,
@@ -74,10 +76,12 @@ class LineLog:
 
 
 def bar(iterable: Iterable | None = None, *, desc: str, total: int | None = None, unit: str = "it",
-        progress: bool = True, initial: int = 0, every: int = 0):
-    """A tqdm bar when ``progress``, else a :class:`LineLog` (same calls)."""
+        progress: bool | None = True, initial: int = 0, every: int = 0):
+    """A tqdm bar when ``progress``, else a :class:`LineLog` (same calls): its lines when False, none when None
+    (a library call such as ``Model.encode_image``, whose caller did not ask for a log)."""
     if progress:
         from tqdm import tqdm
 
         return tqdm(iterable, desc=desc, total=total, unit=unit, initial=initial)
-    return LineLog(iterable, desc=desc, total=total, unit=unit, initial=initial, every=every)
+    return LineLog(iterable, desc=desc, total=total, unit=unit, initial=initial, every=every,
+                   silent=progress is None)

@@ -106,11 +106,12 @@ def feature_config(backbone_cfg: dict) -> str:
 
 
 def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.PathLike, batch_size: int = 32,
-                     workers: int = 2, dtype: str = "float32", device: str = "auto", progress: bool = True,
+                     workers: int = 2, dtype: str = "float32", device: str = "auto", progress: bool | None = True,
                      backbone: Backbone | None = None, threads: int | None = None) -> Path:
     """Extract ``backbone_cfg`` features for every image of ``split`` into ``out`` (HDF5, see store.py).
 
     Resumable: finished batches are kept as shards next to ``out``; rerunning the same command continues.
+    ``progress``: a bar (True), log lines (False: cluster jobs) or nothing (None: the Python API).
     ``backbone``: an already built ``build_backbone(backbone_cfg)`` to reuse (benchmarks, notebooks).
     ``threads``: torch's CPU threads for the backbone (None: torch's default, one per core). Convolutions sum in
     an order that depends on it, so a fixed count gives the same features on any machine of one CPU family.
