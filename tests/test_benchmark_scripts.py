@@ -74,8 +74,10 @@ def test_bench_eval_cli_times_pairs_alone_and_profiles_the_command(tmp_path):
     assert res["interleaved"]["median_ratio_wall"] == pytest.approx(median)
     gemm_median = (pairs[0]["gemm_wall_s"] + pairs[1]["gemm_wall_s"]) / 2
     assert res["interleaved"]["allowance_s"] == pytest.approx(0.4 * gemm_median)
-    # torch's import takes a measurable time, and less than the whole CLI, which imports it and then works
-    assert all(0.05 < p["import_torch_wall_s"] < p["cli_wall_s"] for p in pairs)
+    # torch's import takes a measurable time (seconds, not a parse of something else); its median is of the pairs
+    assert all(0.05 < p["import_torch_wall_s"] < 120 for p in pairs)
+    torch_median = (pairs[0]["import_torch_wall_s"] + pairs[1]["import_torch_wall_s"]) / 2
+    assert res["interleaved"]["median_import_torch_s"] == pytest.approx(torch_median)
     assert "torch's import alone" in r.stdout
     assert "ncalls" in res["profile_top"][0] and len(res["profile_top"]) == 26
     assert "bare_numpy" not in res and "cli_native" not in res and "torch_gemm_native" not in res
