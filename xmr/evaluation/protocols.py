@@ -28,7 +28,7 @@ import torch
 
 from xmr.errors import XmrError
 from xmr.evaluation.metrics import class_metrics, mean_of, recall_metrics, rsum
-from xmr.evaluation.ranks import check_matrix, check_ties, grouped_ranks, label_ranks
+from xmr.evaluation.ranks import check_grouping, check_matrix, check_ties, grouped_ranks, label_ranks
 from xmr.rerank import DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, Rescoring, describe_params, resolve_params
 
 
@@ -66,12 +66,7 @@ def _check_shape(p: Protocol, n: int, m: int, c: int) -> None:
     if p.shape is not None and (n, m) != p.shape:
         raise XmrError(f"protocol {p.name} needs a {p.shape[0]} x {p.shape[1]} matrix (images x captions), "
                        f"got {n} x {m}")
-    if c < 1:
-        raise XmrError(f"captions-per-image must be >= 1, got {c}")
-    if m % c:
-        raise XmrError(f"caption count {m} is not divisible by captions-per-image {c}")
-    if m != c * n:
-        raise XmrError(f"{m} captions with {c} per image make {m // c} images, but the matrix has {n} image rows")
+    check_grouping(n, m, c)
 
 
 def _fold_slices(p: Protocol, n: int, m: int) -> list[tuple[slice, slice]]:

@@ -169,7 +169,7 @@ def grouped_ranks(scores, captions_per_image: int = 5, ties: str = "pessimistic"
     sc = _as_rescoring(scores)
     n, m = sc.shape
     c = captions_per_image
-    _check_grouping(n, m, c)
+    check_grouping(n, m, c)
     dev = sc.sims.device
     do_i2t, do_t2i = "i2t" in directions, "t2i" in directions
     i2t = torch.empty(n, dtype=torch.long, device=dev) if do_i2t else None
@@ -258,10 +258,11 @@ def label_ranks(scores, image_labels, caption_labels,
     return i2t_rank.numpy(), i2t_rp.numpy(), t2i_rank.numpy(), t2i_rp.numpy()
 
 
-def _check_grouping(n: int, m: int, c: int) -> None:
+def check_grouping(n: int, m: int, c: int) -> None:
+    """``m`` captions group into ``n`` images of ``c`` each (caption j belongs to image j // c)."""
     if c < 1:
-        raise XmrError(f"captions per image must be >= 1, got {c}")
+        raise XmrError(f"captions-per-image must be >= 1, got {c}")
     if m % c:
         raise XmrError(f"caption count {m} is not divisible by captions-per-image {c}")
-    if m != n * c:
-        raise XmrError(f"{m} captions = {m // c} images x {c} captions, but the matrix has {n} image rows")
+    if m != c * n:
+        raise XmrError(f"{m} captions with {c} per image make {m // c} images, but the matrix has {n} image rows")
