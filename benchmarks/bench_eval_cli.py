@@ -20,6 +20,11 @@ first (not timed), then, on the same files:
    After each pair, torch's import timed in a fresh process: printed beside what the target leaves next to the
    GEMM (0.4 x its median), since the CLI pays that import and no change inside xmr removes it.
 
+With ``--floor`` each pair also runs the command's computation in NumPy alone, in a fresh process that never
+imports torch (unit-normalise, the GEMM in blocks, the max over K, FR with the COCO scales, pessimistic ranks,
+RSUM): the floor of what a torch-free CPU path of ``xmr evaluate`` could take, for the planning decision that
+issue 33's Intel figure left open. Its RSUM is checked against the CLI's (the same formula, computed apart).
+
 ``--only-pairs`` skips 1-4 (the short form for a lent machine's time-boxed call); ``--profile`` also runs the
 default CLI once under cProfile and prints its 25 costliest functions by own time.
 
@@ -88,6 +93,57 @@ def gemm(lib: str, images: str, captions: str) -> dict:
     return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0, "shape": list(out.shape)}
 
 
+def floor(images: str, captions: str, c: int = 5, block_bytes: int = 128 * 2**20) -> dict:
+    """RSUM of ``--measure max --rerank fr`` (gamma 25/25, lambda 20/20: the coco row and the code's defaults) with
+    pessimistic ties, in NumPy alone: what the documented command computes, without torch's import."""
+    x_all, cap = np.load(images), np.load(captions)
+    n, k, d = x_all.shape
+    m = cap.shape[0]
+    norms = np.linalg.norm(cap, axis=-1, keepdims=True)
+    if not (np.abs(norms - 1.0) < 1e-4).all():  # like the CLI: a unit-norm gallery is used as it is
+        cap = cap / np.maximum(norms, np.float32(1e-12))
+    sims = np.empty((n, m), np.float32)
+    rows = max(1, block_bytes // (k * m * 4))
+    buf = np.empty((min(rows, n) * k, m), np.float32)  # one element block, reused
+    for r0 in range(0, n, rows):
+        x = x_all[r0:r0 + rows]
+        x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), np.float32(1e-12))
+        dots = buf[:x.shape[0] * k]
+        np.matmul(x.reshape(-1, d), cap.T, out=dots)
+        np.max(dots.reshape(x.shape[0], k, m), axis=1, out=sims[r0:r0 + x.shape[0]])
+    g1 = g2 = np.float32(25.0)
+    l1 = l2 = np.float32(20.0)
+    hi, lo = float(sims.max()), float(sims.min())
+    assert max(g1, l1) * (hi - lo) <= 80.0, "scores too spread for one shared shift"
+    col, row = np.zeros(m, np.float64), np.empty(n, np.float32)
+    step = max(1, block_bytes // (m * 4 * 2))
+    for r0 in range(0, n, step):  # log-sum-exp over images (per caption) and over captions (per image)
+        s = sims[r0:r0 + step]
+        e = s * g1
+        e -= g1 * np.float32(hi)
+        col += np.exp(e, out=e).sum(0)
+        e = s * l1
+        e -= l1 * np.float32(hi)
+        row[r0:r0 + step] = np.log(np.exp(e, out=e).sum(1)) + l1 * np.float32(hi)
+    col = (np.log(col) + g1 * hi).astype(np.float32)
+    owner = np.arange(m) // c
+    t2i_gt = l2 * sims[owner, np.arange(m)] - row[owner]
+    i2t, above = np.empty(n, np.int64), np.zeros(m, np.int64)
+    for r0 in range(0, n, step):
+        s = sims[r0:r0 + step]
+        r = s * g2
+        r -= col  # image -> text: each caption normalised over the images
+        gt = r[np.arange(s.shape[0])[:, None], (np.arange(r0, r0 + s.shape[0])[:, None] * c + np.arange(c))]
+        best = gt.max(1, keepdims=True)
+        i2t[r0:r0 + s.shape[0]] = (r >= best).sum(1) - (gt == best).sum(1)
+        t = s * l2
+        t -= row[r0:r0 + s.shape[0], None]  # text -> image: each image normalised over the captions
+        above += (t >= t2i_gt).sum(0)
+    t2i = above - 1  # the ground truth counted itself
+    rsum = sum(100.0 * float((ranks < top).mean()) for ranks in (i2t, t2i) for top in (1, 5, 10))
+    return {"rsum": rsum}
+
+
 def gemm_child(lib: str, files: list[str], env: dict[str, str]) -> dict:
     _, _, printed = child([sys.executable, __file__, "--gemm", lib, *files], env)
     return json.loads(printed.strip().splitlines()[-1])
@@ -144,10 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="also run the default CLI once under cProfile and print its 25 costliest functions")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--floor", action="store_true",
+                    help="each pair also times the command's computation in NumPy alone (no torch): the floor")
+    ap.add_argument("--floor-child", nargs=2, metavar=("I", "C"), help=argparse.SUPPRESS)
     ap.add_argument("--gemm", nargs=3, metavar=("LIB", "I", "C"), help=argparse.SUPPRESS)  # the child's job
     args = ap.parse_args(argv)
     if args.gemm:
         print(json.dumps(gemm(*args.gemm)))
+        return 0
+    if args.floor_child:
+        print(json.dumps(floor(*args.floor_child)))
         return 0
     n = max(10, round(5000 * args.scale))
     c = 5
@@ -178,10 +240,20 @@ def main(argv: list[str] | None = None) -> int:
             torch_s = float(printed.strip().splitlines()[-1])
             pairs.append({"gemm_wall_s": g["wall_s"], "cli_wall_s": wall, "ratio_wall": wall / g["wall_s"],
                           "gemm_cpu_s": g["cpu_s"], "cli_cpu_s": cpu, "ratio_cpu": cpu / g["cpu_s"],
-                          "import_torch_wall_s": torch_s})
-            print(f"pair {i + 1}: NumPy's GEMM {g['wall_s']:.2f} s, CLI {wall:.2f} s wall "
-                  f"({pairs[-1]['ratio_wall']:.2f}x; CPU {pairs[-1]['ratio_cpu']:.2f}x); "
-                  f"torch's import {torch_s:.2f} s", flush=True)
+                          "import_torch_wall_s": torch_s,
+                          "cli_rsum": json.loads((Path(tmp) / "M.json").read_text())["rsum"]})
+            line = (f"pair {i + 1}: NumPy's GEMM {g['wall_s']:.2f} s, CLI {wall:.2f} s wall "
+                    f"({pairs[-1]['ratio_wall']:.2f}x; CPU {pairs[-1]['ratio_cpu']:.2f}x); "
+                    f"torch's import {torch_s:.2f} s")
+            if args.floor:
+                f_wall, f_cpu, printed = child([sys.executable, __file__, "--floor-child", *files], base)
+                f_rsum = json.loads(printed.strip().splitlines()[-1])["rsum"]
+                pairs[-1].update(floor_wall_s=f_wall, floor_ratio_wall=f_wall / g["wall_s"], floor_cpu_s=f_cpu,
+                                 floor_ratio_cpu=f_cpu / g["cpu_s"], floor_rsum=f_rsum)
+                line += (f"; NumPy alone {f_wall:.2f} s ({pairs[-1]['floor_ratio_wall']:.2f}x; CPU "
+                         f"{pairs[-1]['floor_ratio_cpu']:.2f}x), RSUM {f_rsum:.3f} against the CLI's "
+                         f"{pairs[-1]['cli_rsum']:.3f}")
+            print(line, flush=True)
         if pairs:
             med_wall = statistics.median(p["ratio_wall"] for p in pairs)
             med_cpu = statistics.median(p["ratio_cpu"] for p in pairs)
@@ -189,10 +261,17 @@ def main(argv: list[str] | None = None) -> int:
             med_torch = statistics.median(p["import_torch_wall_s"] for p in pairs)
             res["interleaved"] = {"pairs": pairs, "median_ratio_wall": med_wall, "median_ratio_cpu": med_cpu,
                                   "allowance_s": allowance, "median_import_torch_s": med_torch}
+            if args.floor:
+                for key in ("floor_ratio_wall", "floor_ratio_cpu"):
+                    res["interleaved"][f"median_{key}"] = statistics.median(p[key] for p in pairs)
             print(f"target: default CLI / NumPy's own GEMM, median of {len(pairs)} interleaved pairs: "
                   f"{med_wall:.2f}x wall, {med_cpu:.2f}x CPU ({'met' if med_wall <= 1.4 else 'not met'}: <= 1.4x)\n"
                   f"what the target leaves beside the GEMM: {allowance:.2f} s (0.4 x its median); torch's import "
                   f"alone: {med_torch:.2f} s (median)", flush=True)
+            if args.floor:
+                print(f"floor: the same computation in NumPy alone, median "
+                      f"{res['interleaved']['median_floor_ratio_wall']:.2f}x NumPy's own GEMM wall, "
+                      f"{res['interleaved']['median_floor_ratio_cpu']:.2f}x CPU", flush=True)
         if args.profile:
             _, _, printed = child([sys.executable, "-m", "cProfile", "-s", "tottime", *evaluate[1:]], base)
             lines = printed.splitlines()

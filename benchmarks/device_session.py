@@ -9,7 +9,8 @@ Not a test (CI has no GPU). Its lanes run side by side, each on its own CPUs, so
   The DVSE recipe initialises its words from GloVe, whose 80 MB package does not fit either: ``--glove-stand-in
   DIR`` (here, after a demo) writes a package of the same name holding only the synth captions' words, in the
   file's order, so the demo reads the same vectors; carry DIR and put it on PYTHONPATH there.
-- ``cli`` (CPUs 2-3): ``bench_eval_cli.py`` at full scale (default ``xmr evaluate`` against NumPy's own GEMM).
+- ``cli`` (CPUs 2-3): ``bench_eval_cli.py --floor`` at full scale (default ``xmr evaluate`` against NumPy's own
+  GEMM, and beside it the same computation in NumPy alone: what a torch-free CPU path could reach there).
 - ``tests`` (CPUs 4-5; not run unless named): the process-heavy test files of ``TEST_FILES`` (trainings, kills,
   resumes) under ``pytest -n 2``, as ``make test`` runs them: their time there against here estimates the whole
   suite's there, which needs snakemake, DVC and MLflow (not carried).
@@ -156,7 +157,7 @@ def demo(s: Session) -> None:
 
 
 def lane_cli(s: Session, args: argparse.Namespace) -> None:
-    s.run("cli", "bench_eval_cli", [[PY, "benchmarks/bench_eval_cli.py", "--scale", str(args.scale),
+    s.run("cli", "bench_eval_cli", [[PY, "benchmarks/bench_eval_cli.py", "--scale", str(args.scale), "--floor",
                                      "--json", str(s.out / "bench_eval_cli.json")]], 900)
 
 

@@ -58,11 +58,12 @@ def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_de
 
 
 def test_bench_eval_cli_times_pairs_alone_and_profiles_the_command(tmp_path):
-    """`--only-pairs --profile` (how the lent machine's short call ran it): the interleaved pairs and a profile of
-    the documented `xmr evaluate` command, none of the separate measurements."""
+    """`--only-pairs --profile --floor` (how the lent machine's short call runs it): the interleaved pairs, the
+    NumPy-only floor beside each, and a profile of the documented `xmr evaluate` command, none of the separate
+    measurements."""
     out = tmp_path / "cli.json"
     r = subprocess.run([sys.executable, "benchmarks/bench_eval_cli.py", "--scale", "0.01", "--only-pairs",
-                        "--pairs", "2", "--profile", "--json", str(out)], cwd=REPO, env=xmr_env(),
+                        "--pairs", "2", "--profile", "--floor", "--json", str(out)], cwd=REPO, env=xmr_env(),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
@@ -79,6 +80,12 @@ def test_bench_eval_cli_times_pairs_alone_and_profiles_the_command(tmp_path):
     torch_median = (pairs[0]["import_torch_wall_s"] + pairs[1]["import_torch_wall_s"]) / 2
     assert res["interleaved"]["median_import_torch_s"] == pytest.approx(torch_median)
     assert "torch's import alone" in r.stdout
+    # the floor computes the command's formula apart, in NumPy: the same RSUM as the CLI's metrics file
+    for p in pairs:
+        assert p["floor_rsum"] == pytest.approx(p["cli_rsum"], abs=1e-9)
+        assert p["floor_ratio_wall"] == pytest.approx(p["floor_wall_s"] / p["gemm_wall_s"])
+    floor_median = (pairs[0]["floor_ratio_wall"] + pairs[1]["floor_ratio_wall"]) / 2
+    assert res["interleaved"]["median_floor_ratio_wall"] == pytest.approx(floor_median)
     assert "ncalls" in res["profile_top"][0] and len(res["profile_top"]) == 26
     assert "bare_numpy" not in res and "cli_native" not in res and "torch_gemm_native" not in res
     assert "cProfile of the default CLI" in r.stdout
