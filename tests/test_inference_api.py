@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -117,6 +119,13 @@ def test_search_cli_prints_k_results(runs, capsys):
     g = m.encode_split()
     best = m.similarity(g["image_emb"], m.encode_text(["a red circle left of a square"]))[:, 0].max()
     assert abs(scores[0] - best) < 1e-4  # printed with 4 decimals
+    # each image's id, then its file (what a user opens), as the split lists them
+    split = load_split(m.cfg["dataset_cfg"], "test")
+    file_of = dict(zip(split.image_ids, map(str, split.image_paths)))
+    for r in results:
+        _, _, image_id, path = r.split()
+        assert path == file_of[image_id] and Path(path).is_file()
+    assert g["image_paths"] == [file_of[i] for i in g["image_ids"]]  # the gallery API carries them too
 
 
 def test_search_cli_image_query(runs, capsys):

@@ -27,7 +27,7 @@ from xmr.io import atomic_path, sha256_file
 from xmr.layout import gallery_cache_file
 from xmr.run_inputs import RunInputs
 
-FORMAT = 1
+FORMAT = 2  # 2: the images' file paths (``image_paths``)
 
 
 def input_files(cfg: dict, split: str) -> dict[str, Path]:
@@ -47,8 +47,8 @@ def cache_key(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, st
 
 def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, Any] | None:
     """The cached gallery of ``split`` (``image_emb``, ``text_emb`` as float32 arrays, ``image_ids``,
-    ``captions``, ``caption_image``, ``image_labels`` (or None), ``subsets`` (or None)), or None when it is
-    missing, unreadable or stale."""
+    ``image_paths`` (or None: a features-only dataset), ``captions``, ``caption_image``, ``image_labels`` (or None),
+    ``subsets`` (or None)), or None when it is missing, unreadable or stale."""
     path = gallery_cache_file(run_dir, split)
     if not path.is_file():
         return None
@@ -63,7 +63,9 @@ def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str,
     subsets = {name: {"images": arrays.pop(f"subset_images.{name}"), "captions": arrays.pop(f"subset_captions.{name}")}
                for name in meta["subsets"]} if meta.get("subsets") is not None else None
     return {"split": split, "image_emb": arrays["image_emb"], "text_emb": arrays["text_emb"],
-            "image_ids": [str(i) for i in arrays["image_ids"]], "captions": [str(c) for c in arrays["captions"]],
+            "image_ids": [str(i) for i in arrays["image_ids"]],
+            "image_paths": [str(p) for p in arrays["image_paths"]] if "image_paths" in arrays else None,
+            "captions": [str(c) for c in arrays["captions"]],
             "caption_image": [int(i) for i in arrays["caption_image"]],
             "image_labels": arrays.get("image_labels"), "subsets": subsets}
 
@@ -83,6 +85,8 @@ def write_gallery(run_dir: str | os.PathLike, cfg: dict, split: str, data, image
               "meta": np.asarray(json.dumps({"key": key, "subsets": sorted(subsets) if subsets else None}))}
     if data.image_labels is not None:
         arrays["image_labels"] = np.asarray(data.image_labels)
+    if data.image_paths:
+        arrays["image_paths"] = np.asarray([str(p) for p in data.image_paths])
     for name, parts in (subsets or {}).items():
         arrays[f"subset_images.{name}"] = np.asarray(parts["images"])
         arrays[f"subset_captions.{name}"] = np.asarray(parts["captions"])

@@ -382,9 +382,10 @@ class Model:
         return idx, np.take_along_axis(scores, idx, axis=1)
 
     def encode_split(self, split: str | None = None) -> dict[str, Any]:
-        """A split of the run's dataset as a gallery: ``image_ids``, ``image_emb``, ``captions``
-        (with ``caption_image``: the index of each caption's image), ``text_emb`` (the embeddings as float32 NumPy
-        arrays, as :meth:`encode_image` / :meth:`encode_text` give them). A run's own model (its
+        """A split of the run's dataset as a gallery: ``image_ids``, ``image_paths`` (the image files, or None
+        for a features-only dataset), ``image_emb``, ``captions`` (with ``caption_image``: the index of each
+        caption's image), ``text_emb`` (the embeddings as float32 NumPy arrays, as :meth:`encode_image` /
+        :meth:`encode_text` give them). A run's own model (its
         ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.gallery_cache`), and computes and
         caches them when the cache is missing or stale."""
         from xmr.gallery_cache import read_gallery, write_gallery
@@ -394,14 +395,16 @@ class Model:
             and Path(self.checkpoint).resolve() == (Path(self.run_dir) / "best.pt").resolve()
         cached = read_gallery(self.run_dir, self.cfg, split) if cacheable else None
         if cached is not None:
-            return {"split": split, "image_ids": cached["image_ids"], "captions": cached["captions"],
+            return {"split": split, "image_ids": cached["image_ids"], "image_paths": cached["image_paths"],
+                    "captions": cached["captions"],
                     "caption_image": cached["caption_image"], "image_emb": cached["image_emb"],
                     "text_emb": cached["text_emb"]}
         data, feats = load_split_images(self.cfg, split)
         img, cap = encode_split(self.model, self.cfg, data, feats, self.device)
         if cacheable:
             write_gallery(self.run_dir, self.cfg, split, data, img.numpy(), cap.numpy())
-        return {"split": split, "image_ids": list(data.image_ids), "image_emb": _as_array(img),
+        return {"split": split, "image_ids": list(data.image_ids),
+                "image_paths": [str(p) for p in data.image_paths] or None, "image_emb": _as_array(img),
                 "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image],
                 "text_emb": _as_array(cap)}
 

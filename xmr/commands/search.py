@@ -1,7 +1,7 @@
 """xmr search: top-k retrieval with a trained run (text -> images of a split, or image -> captions)."""
 
 HELP = ("search a split of the run's dataset with a text (-> images) or an image file (-> captions); "
-        "prints ids and scores")
+        "prints scores with image ids and files, or captions")
 
 
 def add_arguments(p):
@@ -28,7 +28,8 @@ def run(args):
         queries, labels = model.encode_text(args.text), args.text
         idx, scores = model.search(queries, gallery["image_emb"], args.k, args.rerank, queries_are="text",
                                    reference=gallery["text_emb"])
-        names = gallery["image_ids"]
+        paths = gallery["image_paths"]  # the file to open beside each id; a features-only dataset has none
+        names = [f"{i}  {p}" for i, p in zip(gallery["image_ids"], paths)] if paths else gallery["image_ids"]
     else:
         queries, labels = model.encode_image(args.image), args.image
         idx, scores = model.search(queries, gallery["text_emb"], args.k, args.rerank, queries_are="image",
