@@ -60,6 +60,7 @@ def test_score_writes_the_gallery_and_encode_split_and_search_read_it(scored, mo
     test = load_split(m.cfg["dataset_cfg"], "test")
     assert cached["image_ids"] == list(test.image_ids) and cached["captions"] == list(test.captions)
     assert cached["caption_image"] == [int(i) for i in test.caption_image] and len(cached["captions"]) == 60
+    assert cached["image_paths"] == [str(p) for p in test.image_paths]  # what `xmr search` prints beside each id
     np.testing.assert_array_equal(cached["image_emb"], img)
     np.testing.assert_array_equal(cached["text_emb"], cap)
 
@@ -68,6 +69,7 @@ def test_score_writes_the_gallery_and_encode_split_and_search_read_it(scored, mo
     np.testing.assert_array_equal(g["image_emb"], img)
     np.testing.assert_array_equal(g["text_emb"], cap)
     assert g["image_ids"] == list(test.image_ids) and g["split"] == "test"
+    assert g["image_paths"] == cached["image_paths"]
 
     capsys.readouterr()
     assert main(["search", "--run", str(run), "--text", "a red circle left of a square", "--k", "3",
@@ -75,7 +77,7 @@ def test_score_writes_the_gallery_and_encode_split_and_search_read_it(scored, mo
     lines = capsys.readouterr().out.splitlines()
     sims = m.similarity(img, m.encode_text(["a red circle left of a square"]))[:, 0]
     best = np.argsort(-sims, kind="stable")[:3]
-    assert [ln.split()[2] for ln in lines[1:]] == [test.image_ids[i] for i in best]
+    assert [ln.split()[2:] for ln in lines[1:]] == [[test.image_ids[i], str(test.image_paths[i])] for i in best]
 
 
 def test_xmr_test_reads_the_split_from_the_cache(scored, tmp_path, monkeypatch):
@@ -143,3 +145,23 @@ def test_a_trained_model_is_loaded_without_reading_word_vectors(scored, monkeypa
     text = ["a red circle left of a square", "a blue triangle"]
     expected = xmr.inference.Model(with_vectors, cfg, torch.device("cpu")).encode_text(text)
     np.testing.assert_array_equal(m.encode_text(text), expected)
+
+
+def test_a_features_only_split_has_no_image_files_and_search_prints_ids(scored, monkeypatch, capsys):
+    """A dataset that lists no image files (SCAN's precomputed features): the gallery has ``image_paths`` None and
+    `xmr search` prints each result's id alone."""
+    import dataclasses
+
+    from xmr.gallery_cache import write_gallery
+
+    run, _ = scored
+    m = xmr.load(run, device="cpu")
+    img, cap = _recomputed(run)
+    features_only = dataclasses.replace(load_split(m.cfg["dataset_cfg"], "test"), image_paths=[])
+    assert write_gallery(run, m.cfg, "test", features_only, img, cap) is not None
+    _no_split_reads(monkeypatch)
+    assert m.encode_split()["image_paths"] is None
+    capsys.readouterr()
+    assert main(["search", "--run", str(run), "--text", "a red circle", "--k", "2", "--device", "cpu"]) == 0
+    results = capsys.readouterr().out.splitlines()[1:]
+    assert len(results) == 2 and all(len(r.split()) == 3 for r in results)  # rank, score, id
