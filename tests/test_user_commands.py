@@ -36,8 +36,8 @@ def test_show_reads_evaluate_output_and_rejects_other_files_in_one_line(tmp_path
     r = run_xmr("show", tmp_path / "M.json", check=True)
     row = r.stdout.splitlines()[2].split(" | ")
     assert row[1:4] == ["M", "plain", "50.0"], r.stdout  # i2t R@1: image 0 hits, image 1 misses
-    (tmp_path / "train.json").write_text(json.dumps({"best_epoch": 3, "best_val_rsum": 100.0}))
-    for bad, says in (("S.npy", "not a JSON file"), ("train.json", "a run's train.json"),
+    (tmp_path / "train.json").write_text(json.dumps({"best_epoch": 3, "best_val_rsum": 100.0}))  # no history
+    for bad, says in (("S.npy", "not a JSON file"), ("train.json", "a train.json without its epochs"),
                       ("missing.json", "file not found")):
         line = _one_line_error(run_xmr("show", tmp_path / bad), "show")
         assert says in line and bad in line, line
@@ -48,6 +48,21 @@ def test_show_reads_evaluate_output_and_rejects_other_files_in_one_line(tmp_path
     (tmp_path / "empty").mkdir()
     line = _one_line_error(run_xmr("show", tmp_path / "empty"), "show")
     assert line.startswith(f"xmr show: error: {tmp_path / 'empty'}: no results files in this folder"), line
+
+
+def test_show_prints_how_a_run_trained_epoch_by_epoch(tiny_synth_run):
+    """`xmr show runs/DATASET/RECIPE` (README): the run's summary line, then one row per epoch of its train.json."""
+    summary = json.loads((tiny_synth_run / "train.json").read_text())
+    r = run_xmr("show", tiny_synth_run, check=True)
+    lines = r.stdout.splitlines()
+    assert lines[0] == (f"{tiny_synth_run}: dvse (recipe dvse_docs) on synth, 1 epoch(s) of at most "
+                        f"{summary['max_epochs']}, ended by {summary['stopped_by']}; best validation RSUM "
+                        f"{summary['best_val_rsum']:.1f} at epoch 1; {summary['train_seconds']:.0f} s of training")
+    assert lines[2] == "| epoch | loss | lr | val RSUM | val sim. std | seconds |"
+    (h,) = summary["history"]  # the conftest's run trains one epoch
+    assert lines[4].split(" | ")[:4] == ["| 1", f"{h['loss']:.4f}", f"{h['lr']:.3g}", f"{h['val_rsum']:.1f}"]
+    assert len(lines) == 5
+    assert run_xmr("show", tiny_synth_run / "train.json", check=True).stdout == r.stdout  # the file, the same
 
 
 def test_rerank_param_takes_several_values_after_one_flag(tmp_path):

@@ -3,12 +3,13 @@
 import json
 
 HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both directions, RSUM, how training "
-        "ended, the test similarities' std and, for set methods, the sub-embeddings' correlation)")
+        "ended, the test similarities' std and, for set methods, the sub-embeddings' correlation), or a run's epochs")
 
 
 def add_arguments(p):
-    p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files, or folders (every results "
-                   "file in them, e.g. results/synth/)")
+    p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files, folders (every results "
+                   "file in them, e.g. results/synth/), or run directories (runs/{dataset}/{recipe}/, or their "
+                   "train.json: how training went, epoch by epoch)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
 
@@ -41,8 +42,9 @@ def expand_folders(paths: list[str]) -> list[str]:
             continue
         found = [str(f) for f in sorted(Path(p).glob("*.json")) if _is_results_file(f)]
         if not found:
-            raise XmrError(f"{p}: no results files in this folder (results/{{dataset}}/{{target}}.json are made by "
-                           f"`snakemake results/DATASET/TARGET.json`, xmr evaluate or xmr test)")
+            raise XmrError(f"{p}: no results files in this folder, nor a run's train.json (results/{{dataset}}/"
+                           f"{{target}}.json are made by `snakemake results/DATASET/TARGET.json`, xmr evaluate or "
+                           f"xmr test; runs/{{dataset}}/{{recipe}}/ by xmr train)")
         out += found
     return out
 
@@ -66,11 +68,27 @@ def check_results_files(paths: list[str]) -> None:
             raise XmrError(f"{p}: {what} (no retrieval metrics); {hint}")
 
 
-def run(args):
-    from xmr.report.tables import csv_table, markdown_table, result_rows
+def _is_run(path: str) -> bool:
+    """A run's ``train.json``, or a folder that holds one and no results files (a run directory)."""
+    from pathlib import Path
 
-    rows = result_rows(expand_folders(args.results))
-    text = csv_table(rows) if args.csv else markdown_table(rows)
+    p = Path(path)
+    if not p.is_dir():
+        return p.name == "train.json" and p.is_file()
+    return (p / "train.json").is_file() and not any(_is_results_file(f) for f in p.glob("*.json"))
+
+
+def run(args):
+    from xmr.report.tables import HISTORY_COLUMNS, csv_table, markdown_table, result_rows, run_history
+
+    table = csv_table if args.csv else markdown_table
+    runs = [p for p in args.results if _is_run(p)]
+    results = [p for p in args.results if p not in runs]
+    parts = [table(result_rows(expand_folders(results)))] if results else []
+    for r in runs:
+        line, rows = run_history(r)
+        parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")
+    text = "\n".join(parts)
     print(text, end="")
     if args.out:
         from xmr.io import atomic_path

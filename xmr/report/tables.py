@@ -103,6 +103,32 @@ def fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+# `xmr show RUN_DIR`: a run's epochs from its train.json
+HISTORY_COLUMNS = ["epoch", "loss", "lr", "val RSUM", "val sim. std", "seconds"]
+
+
+def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
+    """A run's summary line and one row per epoch (values formatted), from ``train.json`` (``run`` is the run
+    directory or that file)."""
+    from xmr.errors import XmrError
+
+    path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
+    s = read_json(path)
+    if not isinstance(s.get("history"), list) or "best_epoch" not in s:
+        raise XmrError(f"{path}: a train.json without its epochs (`history`); an unfinished or older run? "
+                       f"`xmr train` writes it after every epoch")
+    num = (lambda v, spec: "—" if v is None else format(v, spec))  # noqa: E731
+    rows = [{"epoch": h.get("epoch"), "loss": num(h.get("loss"), ".4f"), "lr": num(h.get("lr"), ".3g"),
+             "val RSUM": num(h.get("val_rsum"), ".1f"), "val sim. std": num(h.get("val_sim_std"), ".4f"),
+             "seconds": num(h.get("seconds"), ".1f")} for h in s["history"]]
+    ended = f", ended by {s['stopped_by']}" if s.get("stopped_by") else ""
+    line = (f"{path.parent}: {s.get('method', '?')} (recipe {s.get('recipe', '?')}) on {s.get('dataset', '?')}, "
+            f"{s.get('epochs_trained', len(rows))} epoch(s) of at most {s.get('max_epochs', '?')}{ended}; best "
+            f"validation RSUM {num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
+            f"{num(s.get('train_seconds'), '.0f')} s of training")
+    return line, rows
+
+
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
