@@ -114,9 +114,9 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
 
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
     s = read_json(path)
-    if not isinstance(s.get("history"), list) or "best_epoch" not in s:
-        raise XmrError(f"{path}: a train.json without its epochs (`history`); an unfinished or older run? "
-                       f"`xmr train` writes it after every epoch")
+    if not isinstance(s, dict) or not isinstance(s.get("history"), list) or "best_epoch" not in s:
+        raise XmrError(f"{path}: a train.json without its epochs (`history`, `best_epoch`); `xmr train` writes the "
+                       f"whole summary when training ends")
     num = (lambda v, spec: "—" if v is None else format(v, spec))  # noqa: E731
     rows = [{"epoch": h.get("epoch"), "loss": num(h.get("loss"), ".4f"), "lr": num(h.get("lr"), ".3g"),
              "val RSUM": num(h.get("val_rsum"), ".1f"), "val sim. std": num(h.get("val_sim_std"), ".4f"),
