@@ -65,6 +65,19 @@ def test_show_prints_how_a_run_trained_epoch_by_epoch(tiny_synth_run):
     assert run_xmr("show", tiny_synth_run / "train.json", check=True).stdout == r.stdout  # the file, the same
 
 
+def test_show_prints_a_training_run_from_its_history(tiny_synth_run, tmp_path):
+    """A run directory without train.json yet (written when training ends): the epochs of its history.csv."""
+    import shutil
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(tiny_synth_run / "history.csv", run / "history.csv")
+    (h,) = json.loads((tiny_synth_run / "train.json").read_text())["history"]
+    lines = run_xmr("show", run, check=True).stdout.splitlines()
+    assert lines[0] == f"{run}: no train.json yet (training, or stopped before its end): 1 epoch(s) in history.csv"
+    assert lines[4].split(" | ")[:4] == ["| 1", f"{h['loss']:.4f}", f"{h['lr']:.3g}", f"{h['val_rsum']:.1f}"]
+
+
 def test_rerank_param_takes_several_values_after_one_flag(tmp_path):
     rng = np.random.default_rng(0)
     np.save(tmp_path / "S.npy", rng.standard_normal((10, 50)).astype(np.float32))

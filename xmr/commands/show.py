@@ -69,13 +69,15 @@ def check_results_files(paths: list[str]) -> None:
 
 
 def _is_run(path: str) -> bool:
-    """A run's ``train.json``, or a folder that holds one and no results files (a run directory)."""
+    """A run's ``train.json``, or a folder that holds one (or, while it trains, ``history.csv``) and no results
+    files (a run directory)."""
     from pathlib import Path
 
     p = Path(path)
     if not p.is_dir():
         return p.name == "train.json" and p.is_file()
-    return (p / "train.json").is_file() and not any(_is_results_file(f) for f in p.glob("*.json"))
+    return ((p / "train.json").is_file() or (p / "history.csv").is_file()) \
+        and not any(_is_results_file(f) for f in p.glob("*.json"))
 
 
 def run(args):

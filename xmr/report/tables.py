@@ -103,29 +103,42 @@ def fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
-# `xmr show RUN_DIR`: a run's epochs from its train.json
+# `xmr show RUN_DIR`: a run's epochs, from its train.json (or, while it trains, its history.csv)
 HISTORY_COLUMNS = ["epoch", "loss", "lr", "val RSUM", "val sim. std", "seconds"]
+
+
+def _num(v: Any, spec: str) -> str:
+    return "—" if v in (None, "") else format(float(v), spec)
+
+
+def _history_rows(history: list[dict]) -> list[dict]:
+    return [{"epoch": h.get("epoch"), "loss": _num(h.get("loss"), ".4f"), "lr": _num(h.get("lr"), ".3g"),
+             "val RSUM": _num(h.get("val_rsum"), ".1f"), "val sim. std": _num(h.get("val_sim_std"), ".4f"),
+             "seconds": _num(h.get("seconds"), ".1f")} for h in history]
 
 
 def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     """A run's summary line and one row per epoch (values formatted), from ``train.json`` (``run`` is the run
-    directory or that file)."""
+    directory or that file); a run directory without one yet (training, or stopped before its end) shows the
+    epochs of its ``history.csv``."""
     from xmr.errors import XmrError
 
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
+    if not path.exists() and (path.parent / "history.csv").is_file():
+        with open(path.parent / "history.csv", newline="") as f:
+            rows = _history_rows(list(csv.DictReader(f)))
+        return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
+                f"in history.csv"), rows
     s = read_json(path)
     if not isinstance(s, dict) or not isinstance(s.get("history"), list) or "best_epoch" not in s:
         raise XmrError(f"{path}: a train.json without its epochs (`history`, `best_epoch`); `xmr train` writes the "
                        f"whole summary when training ends")
-    num = (lambda v, spec: "—" if v is None else format(v, spec))  # noqa: E731
-    rows = [{"epoch": h.get("epoch"), "loss": num(h.get("loss"), ".4f"), "lr": num(h.get("lr"), ".3g"),
-             "val RSUM": num(h.get("val_rsum"), ".1f"), "val sim. std": num(h.get("val_sim_std"), ".4f"),
-             "seconds": num(h.get("seconds"), ".1f")} for h in s["history"]]
+    rows = _history_rows(s["history"])
     ended = f", ended by {s['stopped_by']}" if s.get("stopped_by") else ""
     line = (f"{path.parent}: {s.get('method', '?')} (recipe {s.get('recipe', '?')}) on {s.get('dataset', '?')}, "
             f"{s.get('epochs_trained', len(rows))} epoch(s) of at most {s.get('max_epochs', '?')}{ended}; best "
-            f"validation RSUM {num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
-            f"{num(s.get('train_seconds'), '.0f')} s of training")
+            f"validation RSUM {_num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
+            f"{_num(s.get('train_seconds'), '.0f')} s of training")
     return line, rows
 
 
