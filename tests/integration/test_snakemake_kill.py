@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from base64 import urlsafe_b64encode
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,12 @@ def test_kill_snakemake_then_unlock_reruns_only_the_incomplete_job(workdir):
     proc = subprocess.Popen([str(BIN / "snakemake"), "--cores", "1"], cwd=workdir, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
-    while not (workdir / "runs_b.log").exists():
+    # job b runs, and Snakemake has recorded it as started: it writes that record (.snakemake/incomplete/, one file
+    # named by the output's base64) just after spawning the job, so on a loaded machine the job's first line can
+    # come first, and a kill in between leaves a partial b.txt Snakemake never saw start (xmr's own jobs write
+    # their outputs by rename, so no partial output of theirs can exist at all)
+    started = workdir / ".snakemake" / "incomplete" / urlsafe_b64encode(b"b.txt").decode()
+    while not ((workdir / "runs_b.log").exists() and started.exists()):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)  # Snakemake and its job, as a pre-emption does
