@@ -108,11 +108,11 @@ HISTORY_COLUMNS = ["epoch", "loss", "lr", "val RSUM", "val sim. std", "seconds"]
 
 
 def _num(v: Any, spec: str) -> str:
-    return "—" if v in (None, "") else format(float(v), spec)
+    return "—" if v is None else format(v, spec)
 
 
 def _history_rows(history: list[dict]) -> list[dict]:
-    return [{"epoch": h.get("epoch"), "loss": _num(h.get("loss"), ".4f"), "lr": _num(h.get("lr"), ".3g"),
+    return [{"epoch": _num(h.get("epoch"), ".0f"), "loss": _num(h.get("loss"), ".4f"), "lr": _num(h.get("lr"), ".3g"),
              "val RSUM": _num(h.get("val_rsum"), ".1f"), "val sim. std": _num(h.get("val_sim_std"), ".4f"),
              "seconds": _num(h.get("seconds"), ".1f")} for h in history]
 
@@ -125,8 +125,9 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
 
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
     if not path.exists() and (path.parent / "history.csv").is_file():
-        with open(path.parent / "history.csv", newline="") as f:
-            rows = _history_rows(list(csv.DictReader(f)))
+        from xmr.report.figures import load_history
+
+        rows = _history_rows(load_history(path.parent))
         return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
                 f"in history.csv"), rows
     s = read_json(path)
