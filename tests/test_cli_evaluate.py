@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from xmr.cli import main
 
-from conftest import run_xmr
+from conftest import run_xmr, xmr_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,3 +171,86 @@ def test_evaluate_embeddings_bad_input_one_line(tmp_path, capsys, inputs, messag
     err = capsys.readouterr().err
     assert rc == 2 and err.strip() == f"xmr evaluate: error: {message}"
     assert not (tmp_path / "M.json").exists()
+
+
+# -- NumPy files on the CPU: evaluated in NumPy, without importing torch ------------------------------------------
+
+def _imported_modules(stderr: str) -> set[str]:
+    """Module names of a ``python -X importtime`` log: every module the process imported, one line each."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("inputs", [["--images", "I", "--captions", "C", "--measure", "max", "--rerank", "fr"],
+                                    ["--images", "I0", "--captions", "C", "--measure", "cosine"],
+                                    ["--sims", "S", "--rerank", "fr", "--ties", "index"]])
+def test_evaluate_numpy_files_never_import_torch(tmp_path, inputs):
+    """torch's import is 1.5 s of a COCO-5K evaluation on the AMD VM and 2.1 s on the Intel one (docs/benchmarks.md):
+    the documented command's NumPy files stay in NumPy from the similarity blocks to the ranks."""
+    rng = np.random.default_rng(4)
+    imgs = rng.standard_normal((6, 3, 8)).astype(np.float32)
+    caps = rng.standard_normal((12, 8)).astype(np.float32)
+    files = {"I": _bad(tmp_path, "I.npy", imgs), "I0": _bad(tmp_path, "I0.npy", imgs[:, 0]),
+             "C": _bad(tmp_path, "C.npy", caps), "S": _bad(tmp_path, "S.npy", rng.random((6, 12), np.float32))}
+    args = ["evaluate", *(files.get(a, a) for a in inputs), "--captions-per-image", "2",
+            "--out", str(tmp_path / "M.json")]
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "xmr", *args], cwd=ROOT, env=xmr_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    imported = _imported_modules(r.stderr)
+    assert {"xmr.evaluation.ranks", "xmr.rerank.fast", "numpy"} <= imported  # the log is the whole process's
+    assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
+    assert "rsum" in json.loads((tmp_path / "M.json").read_text())
+
+
+@pytest.mark.parametrize("rerank, params", [(None, {}), ("fr", {}), ("fr", {"gamma1": 9.0, "lambda2": 17.0}),
+                                            ("fr", {"pool": "max"}), ("fr", {"exclude_self": True}),
+                                            ("csls", {}), ("dsl", {}), ("rr", {})])
+@pytest.mark.parametrize("ties", ["pessimistic", "optimistic", "index"])
+def test_numpy_matrix_ranks_as_its_tensor(rerank, params, ties):
+    """The evaluator on a NumPy matrix (NumPy kernels, or a tensor view for re-rankers without NumPy ones) gives
+    exactly the metrics of the same matrix as a tensor; scores rounded to 1/16 make ties for every tie policy."""
+    import torch
+
+    from xmr.evaluation import evaluate_sims
+
+    rng = np.random.default_rng(5)
+    sims = np.round(rng.random((40, 120)) * 16).astype(np.float32) / 16  # 17 levels: ties in every row
+    kw = dict(captions_per_image=3, rerank=rerank, rerank_params=params, ties=ties, block_bytes=4096)
+    a = evaluate_sims(sims, **kw)
+    b = evaluate_sims(torch.from_numpy(sims.copy()), **kw)
+    assert a == b
+    assert a["rerank"] == (rerank or "none")
+
+
+def test_numpy_coco1k_folds_rank_as_tensor_folds():
+    """COCO 1K's five folds are column/row slices of the 5K matrix: non-contiguous NumPy views, ranked alike."""
+    import torch
+
+    from xmr.evaluation import evaluate_sims
+
+    sims = np.random.default_rng(6).standard_normal((5000, 25000), dtype=np.float32)
+    sims[np.arange(5000), np.arange(0, 25000, 5)] += 3.0  # each image's first caption ranks high
+    a = evaluate_sims(sims, protocol="coco1k", rerank="fr")
+    b = evaluate_sims(torch.from_numpy(sims), protocol="coco1k", rerank="fr")
+    assert a == b and len(a["folds"]) == 5 and a["i2t"]["r10"] > 50.0
+
+
+def test_compute_similarity_numpy_in_numpy_out():
+    """NumPy inputs give a NumPy matrix (cosine/max/mean in NumPy, the other measures through torch), equal to the
+    tensor path to float32 rounding of the normalisation: |difference| <= 2 ulp of 1."""
+    import torch
+
+    from xmr.similarity import compute_similarity
+
+    rng = np.random.default_rng(7)
+    imgs = rng.standard_normal((7, 3, 16)).astype(np.float32)
+    caps = rng.standard_normal((9, 16)).astype(np.float32)
+    for measure, x in (("cosine", imgs[:, 0]), ("max", imgs), ("mean", imgs), ("chamfer", imgs),
+                       ("log_match_prob", imgs)):
+        got = compute_similarity(x, caps, measure, chunk_size=2, block_bytes=256)
+        ref = compute_similarity(torch.from_numpy(x), torch.from_numpy(caps), measure).numpy()
+        assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (7, 9)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2 * np.finfo(np.float32).eps, err_msg=measure)
+    assert isinstance(compute_similarity(imgs, caps, "max", device="cpu"), np.ndarray)
+    t = compute_similarity(torch.from_numpy(imgs), caps, "max")
+    assert isinstance(t, torch.Tensor)  # a tensor in: a tensor out

@@ -220,7 +220,7 @@ def _log_prob_matrix(seed: int = 0) -> np.ndarray:
     cap = np.repeat(img, 2, axis=0) + 0.3 * rng.standard_normal((12, 3, 4)).astype(np.float32)
     from xmr.similarity import compute_similarity
 
-    return compute_similarity(img, cap, "log_match_prob", a=1.5, b=1.0).numpy()
+    return np.asarray(compute_similarity(img, cap, "log_match_prob", a=1.5, b=1.0))
 
 
 def test_dual_softmax_on_log_probabilities_is_log_of_dsl_on_probabilities():

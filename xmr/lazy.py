@@ -9,6 +9,7 @@ the first attribute looked up on it (``torch.cat``, ``torch.Tensor``) and then h
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 
@@ -31,3 +32,9 @@ if TYPE_CHECKING:  # type checkers see torch itself
     import torch
 else:
     torch = LazyModule("torch")
+
+
+def is_tensor(x: Any) -> bool:
+    """True for a torch tensor, found without importing torch: nothing is one until torch has been imported."""
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from xmr.errors import XmrError
+from xmr.lazy import is_tensor, torch  # NumPy inputs on the CPU never import torch (docs/benchmarks.md)
 from xmr.registry import Registry
 
-Reduce = Callable[..., torch.Tensor]
+Reduce = Callable[..., "torch.Tensor"]
 
 # Element-similarity blocks (n, K, m, L) are kept under this many bytes (times a small factor for temporaries).
 DEFAULT_BLOCK_BYTES = 128 * 2**20
@@ -49,6 +48,9 @@ class SetMeasure:
     normalize: bool  # default for ``normalize``: compare unit vectors (cosine)
     temporaries: int = 1  # extra block-sized temporaries the reduction allocates (for block sizing)
     needs_norms: bool = False
+    # reduce_np(dots (n, K, m, L), out (n, m)): the same reduction of NumPy blocks, written into ``out``; a measure
+    # without one computes NumPy inputs with torch
+    reduce_np: Callable[[np.ndarray, np.ndarray], Any] | None = None
 
 
 SIMILARITIES: Registry[SetMeasure] = Registry("similarity measure")
@@ -113,8 +115,8 @@ def _log_match_prob(dots, sq_x, sq_y, a: float = 5.0, b: float = 5.0):
     z = _match_logits(dots, sq_x, sq_y, a, b)
     s = dots.shape[1] * dots.shape[3]
     if torch.is_grad_enabled():
-        return torch.logsumexp(F.logsigmoid(z), dim=(1, 3)) - math.log(s)
-    # in place but for one block (F.logsigmoid would allocate two on CPU): log σ(z) = min(z, 0) - log(1 + e^-|z|)
+        return torch.logsumexp(torch.nn.functional.logsigmoid(z), dim=(1, 3)) - math.log(s)
+    # in place but for one block (logsigmoid would allocate two on CPU): log σ(z) = min(z, 0) - log(1 + e^-|z|)
     log_p = z.clamp_max(0.0)
     log_p.sub_(z.abs_().neg_().exp_().log1p_())
     top = log_p.amax(dim=(1, 3), keepdim=True)  # finite: log σ(z) >= z - log 2, and z is finite
@@ -122,9 +124,21 @@ def _log_match_prob(dots, sq_x, sq_y, a: float = 5.0, b: float = 5.0):
     return total.log_() + top[:, 0, :, 0] - math.log(s)
 
 
-_register(SetMeasure("cosine", _cosine, normalize=True, temporaries=0))
-_register(SetMeasure("max", _max, normalize=True, temporaries=0))
-_register(SetMeasure("mean", _mean, normalize=True, temporaries=0))
+def _cosine_np(dots: np.ndarray, out: np.ndarray) -> None:
+    out[...] = dots[:, 0, :, 0]  # single vectors: compute_similarity has checked K = L = 1
+
+
+def _max_np(dots: np.ndarray, out: np.ndarray) -> None:
+    np.max(dots, axis=(1, 3), out=out)
+
+
+def _mean_np(dots: np.ndarray, out: np.ndarray) -> None:
+    np.mean(dots, axis=(1, 3), out=out)
+
+
+_register(SetMeasure("cosine", _cosine, normalize=True, temporaries=0, reduce_np=_cosine_np))
+_register(SetMeasure("max", _max, normalize=True, temporaries=0, reduce_np=_max_np))
+_register(SetMeasure("mean", _mean, normalize=True, temporaries=0, reduce_np=_mean_np))
 _register(SetMeasure("chamfer", _chamfer, normalize=True, temporaries=1))
 _register(SetMeasure("smooth_chamfer", _smooth_chamfer, normalize=True, temporaries=3))
 # match_prob works in place on the element block; log_match_prob adds one block for log σ
@@ -147,39 +161,44 @@ def _measure_params(measure: str, alpha: float, params: dict[str, Any]) -> dict[
     return out
 
 
-def _as_sets(x, what: str) -> torch.Tensor:
-    """numpy/torch (B, D) or (B, S, D) -> float32 tensor (B, S, D) (a view when possible)."""
-    if not isinstance(x, torch.Tensor):
-        a = np.asarray(x)
-        if a.dtype.kind not in "biuf":  # strings, objects, complex: never silently cast
-            raise XmrError(f"{what} have dtype {a.dtype}; expected real numbers (float or int)")
-        x = torch.as_tensor(a)
-    elif x.is_complex():
-        raise XmrError(f"{what} hold complex numbers ({x.dtype}); give real values")
-    t = x
-    if t.ndim == 2:
-        t = t[:, None, :]
-    if t.ndim != 3:
-        raise XmrError(f"{what} must be (n, D) or (n, set size, D), got shape {tuple(t.shape)}")
-    if not t.is_floating_point():
-        t = t.float()
-    return t
+def _as_sets(x, what: str):
+    """numpy/torch (B, D) or (B, S, D) -> floating (B, S, D) of the same kind (a view when possible)."""
+    if is_tensor(x):
+        if x.is_complex():
+            raise XmrError(f"{what} hold complex numbers ({x.dtype}); give real values")
+    else:
+        x = np.asarray(x)
+        if x.dtype.kind not in "biuf":  # strings, objects, complex: never silently cast
+            raise XmrError(f"{what} have dtype {x.dtype}; expected real numbers (float or int)")
+    if x.ndim == 2:
+        x = x[:, None, :]
+    if x.ndim != 3:
+        raise XmrError(f"{what} must be (n, D) or (n, set size, D), got shape {tuple(x.shape)}")
+    if is_tensor(x):
+        return x if x.is_floating_point() else x.float()
+    return x if x.dtype.kind == "f" else x.astype(np.float32)
 
 
-def all_finite(t: torch.Tensor) -> bool:
-    """True when ``t`` has no NaN/inf. The minimum and maximum propagate NaN and expose inf, and unlike
-    ``isfinite(t).all()`` they allocate nothing (about 20x faster on a COCO-5K matrix); ``aminmax`` reads the
-    tensor once for both."""
+def all_finite(t) -> bool:
+    """True when ``t`` (tensor or NumPy array) has no NaN/inf. The minimum and maximum propagate NaN and expose
+    inf, and unlike ``isfinite(t).all()`` they allocate nothing (about 20x faster on a COCO-5K matrix); torch's
+    ``aminmax`` reads the tensor once for both."""
+    if not is_tensor(t):
+        a = np.asarray(t)
+        return a.size == 0 or bool(np.isfinite(a.min()) and np.isfinite(a.max()))
     if t.numel() == 0:
         return True
     low, high = torch.aminmax(t)
     return bool(torch.isfinite(high)) and bool(torch.isfinite(low))
 
 
-def _check_finite(t: torch.Tensor, what: str) -> None:
+def _nonfinite_count(t) -> int:
+    return int((~torch.isfinite(t)).sum()) if is_tensor(t) else int((~np.isfinite(t)).sum())
+
+
+def _check_finite(t, what: str) -> None:
     if not all_finite(t):
-        bad = (~torch.isfinite(t)).sum().item()
-        raise XmrError(f"{what} contain {bad} NaN or inf value(s)")
+        raise XmrError(f"{what} contain {_nonfinite_count(t)} NaN or inf value(s)")
 
 
 def set_similarity(images: torch.Tensor, captions: torch.Tensor, measure: str = "max", alpha: float = 16.0,
@@ -190,12 +209,12 @@ def set_similarity(images: torch.Tensor, captions: torch.Tensor, measure: str = 
     ``params``: ``a``, ``b`` for ``match_prob``/``log_match_prob`` (PCME's negative scale and shift, default 5, 5).
     """
     spec = SIMILARITIES.get(measure)
-    x, y = _as_sets(images, "images"), _as_sets(captions, "captions")
+    x, y = torch.as_tensor(_as_sets(images, "images")), torch.as_tensor(_as_sets(captions, "captions"))
     if x.shape[-1] != y.shape[-1]:
         raise XmrError(f"embedding sizes differ: images have D={x.shape[-1]}, captions D={y.shape[-1]}")
     kw = _measure_params(measure, alpha, params)
     if spec.normalize if normalize is None else normalize:
-        x, y = F.normalize(x, dim=-1), F.normalize(y, dim=-1)
+        x, y = _normalized(x), _normalized(y)
     return _block(spec, x, y, kw)
 
 
@@ -230,86 +249,147 @@ def _block(spec: SetMeasure, x: torch.Tensor, y: torch.Tensor, kw: dict,
     return spec.reduce(dots, sq_x, sq_y, **kw)
 
 
-def _unit_or_normalized(t: torch.Tensor) -> torch.Tensor:
+def _normalized(t):
+    """Unit vectors along the last axis (a zero vector stays zero), as torch's ``F.normalize`` computes them."""
+    if is_tensor(t):
+        return torch.nn.functional.normalize(t, dim=-1)
+    with np.errstate(over="ignore"):  # a norm past float32's range is inf, as in torch: the vector becomes zero
+        return t / np.maximum(np.linalg.norm(t, axis=-1, keepdims=True), np.float32(1e-12))
+
+
+def _unit_or_normalized(t):
     """``t`` itself when it is already unit-norm (saves a copy of a large gallery), else a normalised copy."""
-    norms = t.norm(dim=-1)
-    if bool(((norms - 1.0).abs() < 1e-4).all()):
+    with np.errstate(over="ignore"):
+        norms = t.norm(dim=-1) if is_tensor(t) else np.linalg.norm(t, axis=-1)
+    if bool((abs(norms - 1.0) < 1e-4).all()):
         return t
-    return F.normalize(t, dim=-1)
+    return _normalized(t)
 
 
-@torch.no_grad()
 def compute_similarity(images, captions, measure: str = "cosine", alpha: float = 16.0, chunk_size: int | None = None,
                        device: str | torch.device | None = None, normalize: bool | None = None,
-                       block_bytes: int = DEFAULT_BLOCK_BYTES, **params: float) -> torch.Tensor:
+                       block_bytes: int = DEFAULT_BLOCK_BYTES, **params: float):
     """(N, M) float32 similarity matrix of N images and M captions (numpy or torch, 2-D or 3-D inputs).
 
+    NumPy in, NumPy out: when neither input is a tensor and ``device`` is unset or ``"cpu"``, the result is a
+    NumPy array, computed without importing torch for the measures that have a NumPy form (cosine, max, mean);
+    otherwise it is a tensor on ``device`` (default: the device of ``images`` if it is a tensor, else CPU).
     ``chunk_size``: images per block (default: as many as fit in ``block_bytes`` of element similarities; the
-    captions are split too when one image's row of elements alone would not fit). ``device``: where to compute
-    and return the result (default: the device of ``images`` if it is a tensor, else CPU). ``alpha``: the
-    smooth-Chamfer temperature; ``params``: ``a``, ``b`` for ``match_prob``/``log_match_prob``.
+    captions are split too when one image's row of elements alone would not fit). ``alpha``: the smooth-Chamfer
+    temperature; ``params``: ``a``, ``b`` for ``match_prob``/``log_match_prob``.
     """
     spec = SIMILARITIES.get(measure)
     kw = _measure_params(measure, alpha, params)
     x_all, y_all = _as_sets(images, "images"), _as_sets(captions, "captions")
     if x_all.shape[-1] != y_all.shape[-1]:
         raise XmrError(f"embedding sizes differ: images have D={x_all.shape[-1]}, captions D={y_all.shape[-1]}")
-    if device is None:
-        device = x_all.device
-    device = torch.device(device)
     _check_finite(x_all, "image embeddings")
     _check_finite(y_all, "caption embeddings")
     n, k, d = x_all.shape
     m, l, _ = y_all.shape
     if measure == "cosine" and (k != 1 or l != 1):
-        _cosine(torch.empty(1, k, 1, l), None, None)  # raises the explanatory error
+        _cosine(np.empty((1, k, 1, l)), None, None)  # raises the explanatory error
+    if chunk_size is not None and chunk_size < 1:
+        raise XmrError(f"chunk_size must be >= 1, got {chunk_size}")
     do_norm = spec.normalize if normalize is None else normalize
+    numpy_out = not (is_tensor(x_all) or is_tensor(y_all)) and (device is None or str(device) == "cpu")
+    if numpy_out and spec.reduce_np is not None:
+        out = _similarity_numpy(spec, x_all, y_all, do_norm, chunk_size, block_bytes)
+    else:
+        if device is None:
+            device = x_all.device if is_tensor(x_all) else "cpu"
+        with torch.no_grad():
+            out = _similarity_torch(spec, kw, torch.as_tensor(x_all), torch.as_tensor(y_all), torch.device(device),
+                                    do_norm, chunk_size, block_bytes)
+    # unit vectors bound every measure; without normalisation float32 can overflow (values near 1e20)
+    if not do_norm and not all_finite(out):
+        raise XmrError(f"measure {measure!r}: {_nonfinite_count(out)} similarities overflowed to NaN or inf in "
+                       f"float32 (largest embedding magnitude {max(_absmax(x_all), _absmax(y_all)):.3g}); "
+                       "rescale the embeddings")
+    return out.numpy() if numpy_out and is_tensor(out) else out
 
+
+def _block_plan(spec: SetMeasure, n: int, m: int, k: int, l: int, chunk_size: int | None,
+                block_bytes: int) -> tuple[int, int, int, int]:
+    """(images per block, captions per block, K, L) of the element blocks, the set means for ``mean``."""
+    k_eff, l_eff = (1, 1) if spec.name == "mean" else (k, l)
+    per_pair = k_eff * l_eff * 4 * (1 + spec.temporaries)  # bytes of block temporaries per (image, caption)
+    caps_per_block = max(1, min(m, block_bytes // max(1, per_pair)))
+    if chunk_size is None:
+        chunk_size = max(1, block_bytes // (per_pair * caps_per_block))
+    return max(1, min(chunk_size, n)), caps_per_block, k_eff, l_eff
+
+
+def _similarity_numpy(spec: SetMeasure, x_all: np.ndarray, y_all: np.ndarray, do_norm: bool,
+                      chunk_size: int | None, block_bytes: int) -> np.ndarray:
+    """The CPU computation on NumPy arrays: the blocks' GEMMs run in NumPy's BLAS (see ``_block``), and each
+    block's reduction writes straight into the result."""
+    n, k, d = x_all.shape
+    m, l, _ = y_all.shape
+    rows, caps, k_eff, l_eff = _block_plan(spec, n, m, k, l, chunk_size, block_bytes)
+    y_all = y_all.astype(np.float32, copy=False)
+    if do_norm:
+        y_all = _unit_or_normalized(y_all)
+    if spec.name == "mean":
+        y_all = y_all.mean(axis=1, keepdims=True)
+    out = np.empty((n, m), np.float32)
+    buffer = np.empty(rows * k_eff * caps * l_eff, np.float32)  # one element block, reused (see _similarity_torch)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported once, by compute_similarity
+        for r0 in range(0, n, rows):
+            x = x_all[r0:r0 + rows].astype(np.float32, copy=False)
+            if do_norm:
+                x = _normalized(x)
+            if spec.name == "mean":
+                x = x.mean(axis=1, keepdims=True)
+            nb = x.shape[0]
+            for c0 in range(0, m, caps):
+                y = y_all[c0:c0 + caps]
+                mb = y.shape[0]
+                dots = buffer[:nb * k_eff * mb * l_eff].reshape(nb * k_eff, mb * l_eff)
+                np.matmul(x.reshape(nb * k_eff, d), y.reshape(mb * l_eff, d).T, out=dots)
+                spec.reduce_np(dots.reshape(nb, k_eff, mb, l_eff), out[r0:r0 + nb, c0:c0 + mb])
+    return out
+
+
+def _similarity_torch(spec: SetMeasure, kw: dict, x_all: torch.Tensor, y_all: torch.Tensor, device: torch.device,
+                      do_norm: bool, chunk_size: int | None, block_bytes: int) -> torch.Tensor:
+    n, k, d = x_all.shape
+    m, l, _ = y_all.shape
+    rows, caps, k_eff, l_eff = _block_plan(spec, n, m, k, l, chunk_size, block_bytes)
     y_all = y_all.to(device=device, dtype=torch.float32)
     if do_norm:
         y_all = _unit_or_normalized(y_all)
     if spec.name == "mean":
         # the set-mean shortcut needs only (N, D) and (M, D) means; one matmul in blocks of images
         y_all = y_all.mean(dim=1, keepdim=True)
-        k_eff, l_eff = 1, 1
-    else:
-        k_eff, l_eff = k, l
-
-    per_pair = k_eff * l_eff * 4 * (1 + spec.temporaries)  # bytes of block temporaries per (image, caption)
-    caps_per_block = max(1, min(m, block_bytes // max(1, per_pair)))
-    if chunk_size is None:
-        chunk_size = max(1, block_bytes // (per_pair * caps_per_block))
-    if chunk_size < 1:
-        raise XmrError(f"chunk_size must be >= 1, got {chunk_size}")
-
     out = torch.empty(n, m, dtype=torch.float32, device=device)
     # one element-similarity block, reused: a fresh block per step would fault in its pages every time (on CPU
     # about 2 us of kernel time per 4 KiB page: 1.4 s of a COCO-5K DVSE evaluation)
-    buffer = None if spec.name == "mean" else torch.empty(
-        min(chunk_size, n) * k_eff * min(caps_per_block, m) * l_eff, dtype=torch.float32, device=device)
-    for r0 in range(0, n, chunk_size):
-        x = x_all[r0:r0 + chunk_size].to(device=device, dtype=torch.float32)
+    buffer = None if spec.name == "mean" else torch.empty(rows * k_eff * caps * l_eff, dtype=torch.float32,
+                                                          device=device)
+    for r0 in range(0, n, rows):
+        x = x_all[r0:r0 + rows].to(device=device, dtype=torch.float32)
         if do_norm:
-            x = F.normalize(x, dim=-1)
+            x = _normalized(x)
         if spec.name == "mean":
             x = x.mean(dim=1, keepdim=True)
-        for c0 in range(0, m, caps_per_block):
-            y = y_all[c0:c0 + caps_per_block]
+        for c0 in range(0, m, caps):
+            y = y_all[c0:c0 + caps]
             out[r0:r0 + x.shape[0], c0:c0 + y.shape[0]] = _block(spec, x, y, kw, buffer)
-    if not all_finite(out):  # finite inputs, but float32 overflowed (e.g. squared norms of values near 1e20)
-        raise XmrError(f"measure {measure!r}: {int((~torch.isfinite(out)).sum())} similarities overflowed to NaN or "
-                       f"inf in float32 (largest embedding magnitude {max(_absmax(x_all), _absmax(y_all)):.3g}); "
-                       f"rescale the embeddings")
     return out
 
 
-def _absmax(t: torch.Tensor) -> float:
-    return float(t.abs().amax()) if t.numel() else 0.0
+def _absmax(t) -> float:
+    if is_tensor(t):
+        return float(t.abs().amax()) if t.numel() else 0.0
+    return float(np.abs(t).max()) if t.size else 0.0
 
 
-def similarity_to_numpy(sims: torch.Tensor) -> np.ndarray:
-    """CPU float32 numpy copy of a similarity matrix (for saving)."""
-    return sims.detach().to("cpu", torch.float32).numpy()
+def similarity_to_numpy(sims) -> np.ndarray:
+    """CPU float32 numpy array of a similarity matrix, tensor or array (for saving)."""
+    if is_tensor(sims):
+        return sims.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(sims, dtype=np.float32)
 
 
 __all__ = ["SIMILARITIES", "MATCH_MEASURES", "SetMeasure", "all_finite", "compute_similarity", "set_similarity",

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
-import torch
 
 from xmr.errors import XmrError
 from xmr.evaluation.metrics import class_metrics, mean_of, recall_metrics, rsum
 from xmr.evaluation.ranks import check_grouping, check_matrix, check_ties, grouped_ranks, label_ranks
+from xmr.lazy import is_tensor, torch  # a NumPy matrix with a NumPy-capable re-ranker never imports torch
 from xmr.rerank import DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, Rescoring, describe_params, resolve_params
 
 
@@ -117,9 +117,11 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
                             "rerank_params": describe_params(params) if params else {}}
     clock = {"rerank": 0.0, "ranking": 0.0}
 
-    def rescoring(sub: torch.Tensor, rows: slice | None, cols: slice | None, cpi: int | None) -> Rescoring:
+    def rescoring(sub, rows: slice | None, cols: slice | None, cpi: int | None) -> Rescoring:
         if spec is None:
             return Rescoring(sub, block_bytes)
+        if not (spec.numpy or is_tensor(sub)):
+            sub = torch.as_tensor(sub)  # a view: this re-ranker computes in torch
         t0 = time.perf_counter()
         ctx = RerankContext(captions_per_image=cpi, rows=rows, cols=cols, block_bytes=block_bytes)
         out = spec.prepare(sub, params, ctx)
@@ -127,6 +129,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         return out
 
     if p.class_level:
+        a = a if is_tensor(a) else torch.as_tensor(a)  # class-level ranking runs in torch (ranks.label_ranks)
         result = _evaluate_classes(a, image_labels, caption_labels, c, ties, rescoring, clock)
         result = {**head, **result}
     else:

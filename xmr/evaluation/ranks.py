@@ -20,9 +20,9 @@ import math
 from typing import Iterator
 
 import numpy as np
-import torch
 
 from xmr.errors import XmrError
+from xmr.lazy import is_tensor, torch  # a NumPy matrix is ranked in NumPy, without importing torch
 from xmr.rerank import DEFAULT_BLOCK_BYTES, Rescoring, iter_blocks, map_blocks
 from xmr.similarity import all_finite
 
@@ -35,41 +35,43 @@ def check_ties(ties: str) -> str:
     return ties
 
 
-def check_matrix(sims, device: str | torch.device | None = None) -> torch.Tensor:
-    """2-D finite float32 tensor (no copy for a float32 numpy array on the same device)."""
-    if isinstance(sims, torch.Tensor):
-        t = sims.detach()
-        if t.is_complex():
-            raise XmrError(f"similarity matrix holds complex numbers ({t.dtype}); give real scores")
+def check_matrix(sims, device: str | torch.device | None = None):
+    """2-D finite float32 matrix: a NumPy array for a NumPy (or array-like) input on the CPU (``device`` unset or
+    ``"cpu"``), else a tensor on ``device`` (no copy for float32 data already there)."""
+    on_numpy = not is_tensor(sims) and (device is None or str(device) == "cpu")
+    if is_tensor(sims):
+        sims = sims.detach()
+        kind = "c" if sims.is_complex() else "f"
     else:
-        a = np.asarray(sims)
-        if a.dtype.kind == "c":
-            raise XmrError(f"similarity matrix holds complex numbers ({a.dtype}); give real scores")
-        if a.dtype.kind not in "biuf":
-            raise XmrError(f"similarity matrix has dtype {a.dtype}; expected real numbers (float or int)")
-        t = torch.as_tensor(a)
-    if t.ndim != 2:
-        raise XmrError(f"similarity matrix must be 2-D (images x captions), got shape {tuple(t.shape)}")
-    if t.shape[0] == 0 or t.shape[1] == 0:
-        raise XmrError(f"similarity matrix is empty: shape {tuple(t.shape)}")
-    if device is not None:
-        t = t.to(device)
-    if t.dtype != torch.float32:
-        t = t.float()
+        sims = np.asarray(sims)
+        kind = sims.dtype.kind
+    if kind == "c":
+        raise XmrError(f"similarity matrix holds complex numbers ({sims.dtype}); give real scores")
+    if kind not in "biuf":
+        raise XmrError(f"similarity matrix has dtype {sims.dtype}; expected real numbers (float or int)")
+    if sims.ndim != 2:
+        raise XmrError(f"similarity matrix must be 2-D (images x captions), got shape {tuple(sims.shape)}")
+    if sims.shape[0] == 0 or sims.shape[1] == 0:
+        raise XmrError(f"similarity matrix is empty: shape {tuple(sims.shape)}")
+    if on_numpy:
+        out = sims.astype(np.float32, copy=False)
+    else:
+        out = torch.as_tensor(sims)
+        out = (out if device is None else out.to(device)).float()
     # amax/amin propagate NaN and expose inf: a fast exact test; count only when it fails
-    if all_finite(t):
-        return t
+    if all_finite(out):
+        return out
     n_nan = n_inf = 0
     first = None
-    for rows in iter_blocks(t.shape[0], t.shape[1], DEFAULT_BLOCK_BYTES):
-        blk = t[rows]
-        bad = ~torch.isfinite(blk)
+    for rows in iter_blocks(out.shape[0], out.shape[1], DEFAULT_BLOCK_BYTES):
+        blk = out[rows] if on_numpy else out[rows].cpu().numpy()
+        bad = ~np.isfinite(blk)
         if bad.any():
-            nan = int(torch.isnan(blk).sum())
+            nan = int(np.isnan(blk).sum())
             n_nan += nan
             n_inf += int(bad.sum()) - nan
             if first is None:
-                r, c = bad.nonzero()[0].tolist()
+                r, c = np.argwhere(bad)[0].tolist()
                 first = (rows.start + r, c)
     raise XmrError(f"similarity matrix contains {n_nan} NaN and {n_inf} inf value(s) "
                    f"(first at row {first[0]}, column {first[1]})")
@@ -81,26 +83,37 @@ def _as_rescoring(scores) -> Rescoring:
     return Rescoring(check_matrix(scores))
 
 
-def count_above(s: torch.Tensor, thr: torch.Tensor, dim: int, inclusive: bool) -> torch.Tensor:
-    """Number of entries of ``s`` above ``thr`` (``>=`` if ``inclusive``, else ``>``) along ``dim``, as int64.
+def count_above(s, thr, dim: int, inclusive: bool):
+    """Number of entries of ``s`` above ``thr`` (``>=`` if ``inclusive``, else ``>``) along ``dim``, as int64
+    (NumPy arrays or tensors, returned as given).
 
     On CPU this runs in NumPy: its vectorised compare and count are several times cheaper than torch's bool
     reductions (measured 0.13 vs 0.9 CPU-seconds for both passes over a COCO-5K matrix)."""
+    if not is_tensor(s):
+        mask = np.greater_equal(s, thr) if inclusive else np.greater(s, thr)
+        return mask.sum(axis=dim, dtype=np.int64)
     if s.device.type == "cpu":
-        a, t = s.detach().numpy(), thr.detach().numpy()
-        mask = np.greater_equal(a, t) if inclusive else np.greater(a, t)
-        return torch.from_numpy(mask.sum(axis=dim, dtype=np.int64))
+        return torch.from_numpy(count_above(s.detach().numpy(), thr.detach().numpy(), dim, inclusive))
     mask = (s >= thr) if inclusive else (s > thr)
     return mask.sum(dim, dtype=torch.int32).long()
 
 
-def first_positive_rank(s: torch.Tensor, ties: str, pos_idx: torch.Tensor | None = None,
-                        pos_mask: torch.Tensor | None = None) -> torch.Tensor:
+def first_positive_rank(s, ties: str, pos_idx=None, pos_mask: torch.Tensor | None = None):
     """Rank of the first relevant item for each query row of ``s`` (queries x whole gallery).
 
-    Relevant items are given either as indices ``pos_idx`` (queries, P) or as a boolean ``pos_mask`` like ``s``.
+    Relevant items are given either as indices ``pos_idx`` (queries, P) or as a boolean ``pos_mask`` like ``s``
+    (tensors only); NumPy blocks take ``pos_idx`` and give NumPy ranks.
     """
     g = s.shape[1]
+    if not is_tensor(s):
+        gt = np.take_along_axis(s, pos_idx, 1)
+        best = gt.max(1, keepdims=True)
+        if ties == "optimistic":
+            return count_above(s, best, 1, inclusive=False)
+        if ties == "pessimistic":
+            return count_above(s, best, 1, inclusive=True) - (gt == best).sum(1)
+        first = np.where(gt == best, pos_idx, g).min(1, keepdims=True)
+        return (s > best).sum(1) + ((s == best) & (np.arange(g)[None, :] < first)).sum(1)
     i32 = torch.int32  # int32 counting is markedly faster than the default int64 bool sum on CPU
     if pos_idx is not None:
         gt = s.gather(1, pos_idx)
@@ -143,17 +156,19 @@ def r_precision(s: torch.Tensor, pos_mask: torch.Tensor, ties: str) -> torch.Ten
 
 # -- grouped ground truth: caption j belongs to image j // c --------------------------------------------------------
 
-def _t2i_ground_truth(sc: Rescoring, c: int) -> torch.Tensor:
+def _t2i_ground_truth(sc: Rescoring, c: int):
     """Text->image score of every caption with its own image: entry (j // c, j) of the t2i scores. The captions of
     images [r0, r1) are columns [c·r0, c·r1), so small diagonal blocks hold all of them."""
     n, m = sc.shape
-    gt = torch.empty(m, device=sc.sims.device)
+    on_numpy = not is_tensor(sc.sims)
+    gt = np.empty(m, np.float32) if on_numpy else torch.empty(m, device=sc.sims.device)
     step = 128  # a (128 x 128c) block per step: the diagonal is all we need, so keep the blocks small
     for r0 in range(0, n, step):
         rows = slice(r0, min(n, r0 + step))
         cols = slice(c * rows.start, c * rows.stop)
         sub = sc.t2i_block(rows, cols)
-        local = torch.arange(cols.stop - cols.start, device=sub.device)
+        size = cols.stop - cols.start
+        local = np.arange(size) if on_numpy else torch.arange(size, device=sub.device)
         gt[cols] = sub[local // c, local]
     return gt
 
@@ -163,46 +178,57 @@ def grouped_ranks(scores, captions_per_image: int = 5, ties: str = "pessimistic"
     """Image->text and text->image ranks (numpy, or None for a direction not asked for) in one pass over row blocks.
 
     Image->text: rank of the best of image i's captions c·i .. c·i+c-1 within its row. Text->image: rank of
-    image j // c within caption j's column, counted block by block against its ground-truth score.
+    image j // c within caption j's column, counted block by block against its ground-truth score. A NumPy
+    matrix (or re-ranker over one) is ranked in NumPy, a tensor in torch on its device: the same counts.
     """
     check_ties(ties)
     sc = _as_rescoring(scores)
     n, m = sc.shape
     c = captions_per_image
     check_grouping(n, m, c)
-    dev = sc.sims.device
+    on_numpy = not is_tensor(sc.sims)
+    dev = "cpu" if on_numpy else sc.sims.device
+    if on_numpy:
+        arange, zeros = np.arange, (lambda size: np.zeros(size, np.int64))
+    else:
+        arange = lambda size: torch.arange(size, device=dev)  # noqa: E731
+        zeros = lambda size: torch.zeros(size, dtype=torch.long, device=dev)  # noqa: E731
     do_i2t, do_t2i = "i2t" in directions, "t2i" in directions
-    i2t = torch.empty(n, dtype=torch.long, device=dev) if do_i2t else None
+    i2t = zeros(n) if do_i2t else None
     if do_t2i:
         gt = _t2i_ground_truth(sc, c)[None, :]
-        owner = (torch.arange(m, device=dev) // c)[None, :]
-        counts = torch.zeros(m, dtype=torch.long, device=dev)
-    offsets = torch.arange(c, device=dev)[None, :]
+        owner = (arange(m) // c)[None, :]
+        counts = zeros(m)
+    offsets = arange(c)[None, :]
     shared = sc.same_scores
 
-    def block(rows: slice) -> torch.Tensor | None:
+    def block(rows: slice):
         """Writes the block's image->text ranks; returns its text->image counts (summed below)."""
         s_i2t = sc.i2t(rows) if (do_i2t or shared) else None
         if do_i2t:
-            pos = torch.arange(rows.start, rows.stop, device=dev)[:, None] * c + offsets
+            pos = (arange(rows.stop - rows.start) + rows.start)[:, None] * c + offsets
             i2t[rows] = first_positive_rank(s_i2t, ties, pos_idx=pos)
         if not do_t2i:
             return None
         s = s_i2t if shared else sc.t2i_block(rows, slice(0, m))
         if ties == "optimistic":
-            return count_above(s, gt, 0, inclusive=False).to(dev)
+            return count_above(s, gt, 0, inclusive=False)
         if ties == "pessimistic":
-            return count_above(s, gt, 0, inclusive=True).to(dev)  # includes the ground truth itself, once
-        row_idx = torch.arange(rows.start, rows.stop, device=dev)[:, None]
-        return (s > gt).sum(0, dtype=torch.int32) + ((s == gt) & (row_idx < owner)).sum(0, dtype=torch.int32)
+            return count_above(s, gt, 0, inclusive=True)  # includes the ground truth itself, once
+        row_idx = (arange(rows.stop - rows.start) + rows.start)[:, None]
+        kw = {} if on_numpy else {"dtype": torch.int32}  # int32 counting: markedly faster in torch on CPU
+        return (s > gt).sum(0, **kw) + ((s == gt) & (row_idx < owner)).sum(0, **kw)
 
     for block_counts in map_blocks(block, sc.row_blocks(), dev):
         if do_t2i:
-            counts += block_counts
+            counts += block_counts.to(dev) if not on_numpy else block_counts
     t2i = None
     if do_t2i:
-        t2i = (counts - 1 if ties == "pessimistic" else counts).cpu().numpy()
-    return (i2t.cpu().numpy() if do_i2t else None), t2i
+        t2i = counts - 1 if ties == "pessimistic" else counts
+        t2i = t2i if on_numpy else t2i.cpu().numpy()
+    if do_i2t and not on_numpy:
+        i2t = i2t.cpu().numpy()
+    return i2t, t2i
 
 
 def i2t_ranks(scores, captions_per_image: int = 5, ties: str = "pessimistic") -> np.ndarray:
@@ -232,7 +258,8 @@ def label_ranks(scores, image_labels, caption_labels,
     Returns ``(i2t_first_rank (N,), i2t_r_precision (N,), t2i_first_rank (M,), t2i_r_precision (M,))``.
     """
     check_ties(ties)
-    sc = _as_rescoring(scores)
+    # class-level ranking runs in torch (on the CPU too): a NumPy matrix becomes a tensor, without a copy
+    sc = scores if isinstance(scores, Rescoring) else Rescoring(torch.as_tensor(check_matrix(scores)))
     n, m = sc.shape
     dev = sc.sims.device
     li = torch.as_tensor(np.asarray(image_labels)).to(dev)

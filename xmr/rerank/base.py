@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +15,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 import numpy as np
 
 from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.registry import Registry
 
 T = TypeVar("T")
@@ -30,7 +32,7 @@ def iter_blocks(n: int, bytes_per_item: int, block_bytes: int = DEFAULT_BLOCK_BY
 
 
 def map_blocks(fn: Callable[[Any], T], blocks: Iterable[Any], device: str | torch.device = "cpu") -> Iterator[T]:
-    """``fn(b)`` for each of ``blocks``, yielded in order; on CPU the blocks run on ``torch.get_num_threads()``
+    """``fn(b)`` for each of ``blocks``, yielded in order; on CPU the blocks run on ``cpu_threads()``
     threads, at most that many blocks ahead of the consumer.
 
     The per-block work of the evaluation's passes over a matrix is mostly NumPy's vectorised loops on CPU (exp,
@@ -39,7 +41,7 @@ def map_blocks(fn: Callable[[Any], T], blocks: Iterable[Any], device: str | torc
     temporaries at a time. Combining the results in the consumer, in order, keeps reductions bit-identical to
     a serial loop."""
     it = iter(blocks)
-    workers = torch.get_num_threads() if torch.device(device).type == "cpu" else 1
+    workers = cpu_threads() if str(device) == "cpu" or torch.device(device).type == "cpu" else 1
     if workers <= 1:
         yield from map(fn, it)
         return
@@ -52,6 +54,17 @@ def map_blocks(fn: Callable[[Any], T], blocks: Iterable[Any], device: str | torc
             yield done
 
 
+def cpu_threads() -> int:
+    """torch's intra-op thread count; before torch is imported (NumPy work), the default it would take:
+    ``$OMP_NUM_THREADS``, else the cores this process may run on."""
+    if "torch" in sys.modules:
+        return torch.get_num_threads()
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def full(s: slice, n: int) -> slice:
     """``s`` with explicit start and stop within ``range(n)``."""
     start, stop, _ = s.indices(n)
@@ -60,6 +73,7 @@ def full(s: slice, n: int) -> slice:
 
 class Rescoring:
     """Scores of a (N, M) matrix for each direction, in blocks. This base class is the identity (no re-ranking).
+    ``sims`` is a tensor, or a NumPy array on the CPU (here, and in re-rankers registered with ``numpy=True``).
 
     ``i2t_block(rows, cols)`` / ``t2i_block(rows, cols)`` return the image->text / text->image scores of
     ``sims[rows, cols]``; image->text ranks along rows, text->image along columns. ``i2t(rows)`` and ``t2i(cols)``
@@ -107,8 +121,9 @@ class Rescoring:
     def materialize(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Full (N, M) i2t and t2i score matrices."""
         n, m = self.shape
-        i2t = torch.cat([self.i2t(r) for r in self.row_blocks()], dim=0)
-        t2i = torch.cat([self.t2i_block(r, slice(0, m)) for r in self.row_blocks()], dim=0)
+        cat = torch.cat if is_tensor(self.sims) else np.concatenate
+        i2t = cat([self.i2t(r) for r in self.row_blocks()], 0)
+        t2i = cat([self.t2i_block(r, slice(0, m)) for r in self.row_blocks()], 0)
         return i2t, t2i
 
 
@@ -141,6 +156,9 @@ class RerankerSpec:
     # {parameter: file name}; the workflow passes them as `--rerank-param parameter=runs/.../file`
     run_inputs: Mapping[str, str] = field(default_factory=dict)
     rows_of: str | None = None  # another re-ranker whose config/rerank/<name>.yaml rows apply (a reading of it)
+    # ``prepare`` takes a NumPy matrix on the CPU (and its Rescoring gives NumPy blocks); otherwise the evaluator
+    # hands it a tensor
+    numpy: bool = False
 
 
 RERANKERS: Registry[RerankerSpec] = Registry("re-ranker")
@@ -229,7 +247,7 @@ def describe_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """JSON-friendly copy of resolved parameters (arrays are replaced by their shape)."""
     out = {}
     for k, v in params.items():
-        if isinstance(v, (np.ndarray, torch.Tensor)):
+        if isinstance(v, np.ndarray) or is_tensor(v):
             out[k] = f"array{tuple(v.shape)}"
         else:
             out[k] = v

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks, map_blocks
 
 
@@ -35,20 +35,20 @@ from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, a
 _SHARED_SHIFT_SPAN = 80.0
 
 
-def lse_stats(sims: torch.Tensor, col_scale: float, row_scale: float,
-              block_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def lse_stats(sims, col_scale: float, row_scale: float, block_bytes: int) -> tuple:
     """``col[j] = LSE_i(col_scale·A[i, j])`` (M,) and ``row[i] = LSE_j(row_scale·A[i, j])`` (N,), one pass.
 
     When every scaled entry lies within 80 of the scaled global maximum (cosine similarities with FR's scales),
     one shared shift makes every exponential safe and a single ``exp`` per scale serves both axes; otherwise each
     block is shifted by its own column/row maxima. On CPU the arithmetic runs in NumPy, whose vectorised exp and
-    sums cost about a third of torch's here.
+    sums cost about a third of torch's here. A NumPy ``sims`` gives NumPy statistics, a tensor gives tensors.
     """
     n, m = sims.shape
-    cpu = sims.device.type == "cpu"
+    given_numpy = not is_tensor(sims)
+    cpu = given_numpy or sims.device.type == "cpu"
     xp = np if cpu else torch
-    a = sims.detach().numpy() if cpu else sims
-    lo, hi = map(float, torch.aminmax(sims))  # one pass for both
+    a = sims if given_numpy else sims.detach().numpy() if cpu else sims
+    lo, hi = (float(a.min()), float(a.max())) if cpu else map(float, torch.aminmax(sims))
     shared = max(col_scale, row_scale) * (hi - lo) <= _SHARED_SHIFT_SPAN
     on = {} if cpu else {"device": sims.device}  # torch allocates on the CPU unless told
     col = xp.zeros(m, dtype=xp.float64, **on) if shared else xp.full((m,), -np.inf, dtype=xp.float32, **on)
@@ -80,13 +80,15 @@ def lse_stats(sims: torch.Tensor, col_scale: float, row_scale: float,
         row[rows] = xp.log(y.sum(1)) + top
         return col_part
 
-    for col_part in map_blocks(block, iter_blocks(n, m * 4 * 2, block_bytes), sims.device):
+    for col_part in map_blocks(block, iter_blocks(n, m * 4 * 2, block_bytes), "cpu" if cpu else sims.device):
         if shared:
             col += col_part
         else:
             col = xp.logaddexp(col, col_part)
     if shared:
         col = xp.log(col) + col_scale * hi
+    if given_numpy:
+        return col.astype(np.float32), row
     if cpu:
         col, row = torch.from_numpy(col), torch.from_numpy(row)
     return col.float(), row.float()
@@ -169,10 +171,13 @@ def _fr_block(s: torch.Tensor, st: _AxisStats, self_max, num: float, den: float,
     entries that are their normalising axis's maximum (only built when ``exclude_self``)."""
     if pool == "lse":
         if not exclude_self:
-            if s.device.type == "cpu":  # NumPy's in-place arithmetic is the cheaper path on CPU
-                out = s.detach().numpy() * np.float32(num)
-                out -= shape(st.lse).numpy()
-                return torch.from_numpy(out)
+            if not is_tensor(s):  # NumPy's in-place arithmetic, the cheaper path on CPU
+                out = s * np.float32(num)
+                out -= shape(st.lse)
+                return out
+            if s.device.type == "cpu":
+                return torch.from_numpy(_fr_block(s.detach().numpy(), _AxisStats(lse=st.lse.numpy()), self_max, num,
+                                                  den, pool, exclude_self, shape))
             return torch.add(-shape(st.lse), s, alpha=num)  # num·s - lse in one pass
         lse = shape(st.lse)
         # entries that are not their axis's maximum have e^(den·s - lse) <= 1/2, so log1mexp is well-conditioned
@@ -222,10 +227,12 @@ class FastRescoring(Rescoring):
         return _fr_block(s, st, self_max, self.l2, self.l1, self.pool, self.exclude_self, lambda v: v[:, None])
 
 
-def _prepare(sims: torch.Tensor, p: dict, ctx: RerankContext) -> Rescoring:
+def _prepare(sims, p: dict, ctx: RerankContext) -> Rescoring:
     for k in ("gamma1", "gamma2", "lambda1", "lambda2"):
         if not p[k] > 0:
             raise XmrError(f"re-ranker 'fr': {k} must be > 0, got {p[k]}")
+    if not is_tensor(sims) and (p["pool"] != "lse" or p["exclude_self"]):
+        sims = torch.as_tensor(sims)  # the top-2 statistics of these readings are computed in torch
     return FastRescoring(sims, p["gamma1"], p["gamma2"], p["lambda1"], p["lambda2"], p["pool"], p["exclude_self"],
                          ctx.block_bytes)
 
@@ -239,4 +246,5 @@ RERANKERS.register("fr")(RerankerSpec(
     choices={"pool": ("lse", "max")},
     prepare=_prepare,
     source="Wei et al., Dynamic Visual Semantic Sub-Embeddings and Fast Re-Ranking, arXiv 2309.08154, §III-D",
+    numpy=True,  # the default reading (pool lse, all l) runs in NumPy on a NumPy matrix
 ))
