@@ -171,6 +171,19 @@ def run_xmr(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | N
     return r
 
 
+def run_xmr_imports(*args, cwd: str | os.PathLike | None = None) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``python -X importtime -m xmr ARGS``: the command must succeed; returns it and the names of every module the
+    process imported (the ``-X importtime`` log on stderr, one line per module)."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "xmr", *map(str, args)], cwd=cwd, env=xmr_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    return r, {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+
+
+def imports_torch(modules: set[str]) -> bool:
+    return any(name == "torch" or name.startswith("torch.") for name in modules)
+
+
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
     """``xmr train`` in a subprocess; with ``kill_after_first_epoch`` it is SIGKILLed as soon as last.pt exists
     (returns the exit code), else it must finish (returns what it printed)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from xmr.cli import main
 
-from conftest import run_xmr, xmr_env
+from conftest import imports_torch, run_xmr, run_xmr_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,11 +174,6 @@ def test_evaluate_embeddings_bad_input_one_line(tmp_path, capsys, inputs, messag
 
 # -- NumPy files on the CPU: evaluated in NumPy, without importing torch ------------------------------------------
 
-def _imported_modules(stderr: str) -> set[str]:
-    """Module names of a ``python -X importtime`` log: every module the process imported, one line each."""
-    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
-
-
 @pytest.mark.parametrize("inputs", [["--images", "I", "--captions", "C", "--measure", "max", "--rerank", "fr"],
                                     ["--images", "I0", "--captions", "C", "--measure", "cosine"],
                                     ["--sims", "S", "--rerank", "fr", "--ties", "index"]])
@@ -191,14 +185,10 @@ def test_evaluate_numpy_files_never_import_torch(tmp_path, inputs):
     caps = rng.standard_normal((12, 8)).astype(np.float32)
     files = {"I": _bad(tmp_path, "I.npy", imgs), "I0": _bad(tmp_path, "I0.npy", imgs[:, 0]),
              "C": _bad(tmp_path, "C.npy", caps), "S": _bad(tmp_path, "S.npy", rng.random((6, 12), np.float32))}
-    args = ["evaluate", *(files.get(a, a) for a in inputs), "--captions-per-image", "2",
-            "--out", str(tmp_path / "M.json")]
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "xmr", *args], cwd=ROOT, env=xmr_env(),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    imported = _imported_modules(r.stderr)
+    _, imported = run_xmr_imports("evaluate", *(files.get(a, a) for a in inputs), "--captions-per-image", "2",
+                                  "--out", tmp_path / "M.json", cwd=ROOT)
     assert {"xmr.evaluation.ranks", "xmr.rerank.fast", "numpy"} <= imported  # the log is the whole process's
-    assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
+    assert not imports_torch(imported)
     assert "rsum" in json.loads((tmp_path / "M.json").read_text())
 
 

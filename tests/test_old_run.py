@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_xmr
+from conftest import imports_torch, run_xmr, run_xmr_imports
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "old_run" / "vsepp"
 WRITTEN_AT = "/tmp/bitcheck/data"  # the data root the old run was trained on (make_old_run.py)
@@ -58,6 +58,15 @@ def test_old_run_evaluates_plain_and_re_ranked(old_run, tmp_path):
                 "--no-tracking")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((tmp_path / "fr.json").read_text())["rerank"] == "fr"
+
+
+def test_xmr_test_of_a_saved_matrix_never_imports_torch(old_run, tmp_path):
+    """Evaluating a saved matrix is NumPy's work (the ranks, FR, the spread): torch's import would be most of the
+    command's 2-4 s (docs/evaluation.md)."""
+    _, imported = run_xmr_imports("test", "--run", old_run, "--sims", FIXTURE / "test_sims.npy", "--rerank", "fr",
+                                  "--out", tmp_path / "fr.json", "--no-tracking")
+    assert {"xmr.evaluation.spread", "xmr.rerank.fast"} <= imported and not imports_torch(imported)
+    assert json.loads((tmp_path / "fr.json").read_text())["similarity_spread"]["std"] > 0
 
 
 def test_old_run_searches(old_run):

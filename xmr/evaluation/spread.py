@@ -11,34 +11,33 @@ A margin near 0 next to a std near 0 is a collapsed run.
 from __future__ import annotations
 
 import numpy as np
-import torch
+
+from xmr.lazy import is_tensor, torch  # the spread is NumPy's work: `xmr test` on a saved matrix needs no torch
 
 
-def similarity_spread(sims: np.ndarray | torch.Tensor, captions_per_image: int) -> dict[str, float]:
-    s = torch.as_tensor(np.asarray(sims) if not torch.is_tensor(sims) else sims).to(torch.float64)
+def similarity_spread(sims, captions_per_image: int) -> dict[str, float]:
+    """Mean, std, min, max and the margins of ``sims`` (NumPy or a tensor), in float64."""
+    s = (sims.detach().cpu().numpy() if is_tensor(sims) else np.asarray(sims)).astype(np.float64)
     n_img, n_cap = s.shape
-    owner = torch.arange(n_cap) // captions_per_image
-    pos = owner[None, :] == torch.arange(n_img)[:, None]  # (images, captions)
-    neg_inf = torch.tensor(-torch.inf, dtype=s.dtype)
-    best_pos_i = torch.where(pos, s, neg_inf).max(1).values
-    hard_neg_i = torch.where(pos, neg_inf, s).max(1).values
-    best_pos_t = torch.where(pos, s, neg_inf).max(0).values  # one positive per caption: its image
-    hard_neg_t = torch.where(pos, neg_inf, s).max(0).values
-    margin_i2t = (best_pos_i - hard_neg_i).mean().item()
-    margin_t2i = (best_pos_t - hard_neg_t).mean().item()
-    return {"mean": s.mean().item(), "std": s.std(unbiased=False).item(), "min": s.min().item(),
-            "max": s.max().item(), "margin_i2t": margin_i2t, "margin_t2i": margin_t2i,
-            "margin": (margin_i2t + margin_t2i) / 2}
+    pos = (np.arange(n_cap) // captions_per_image)[None, :] == np.arange(n_img)[:, None]  # (images, captions)
+    best_pos_i = np.where(pos, s, -np.inf).max(1, initial=-np.inf)
+    hard_neg_i = np.where(pos, -np.inf, s).max(1, initial=-np.inf)
+    best_pos_t = np.where(pos, s, -np.inf).max(0, initial=-np.inf)  # one positive per caption: its image
+    hard_neg_t = np.where(pos, -np.inf, s).max(0, initial=-np.inf)
+    margin_i2t = float((best_pos_i - hard_neg_i).mean())
+    margin_t2i = float((best_pos_t - hard_neg_t).mean())
+    return {"mean": float(s.mean()), "std": float(s.std()), "min": float(s.min()), "max": float(s.max()),
+            "margin_i2t": margin_i2t, "margin_t2i": margin_t2i, "margin": (margin_i2t + margin_t2i) / 2}
 
 
-def in_batch_top1(sims: np.ndarray | torch.Tensor, captions_per_image: int, batch: int, batches: int = 20,
+def in_batch_top1(sims, captions_per_image: int, batch: int, batches: int = 20,
                   seed: int = 0) -> float:
     """How often a model ranks the positive first inside a training-sized batch, measured on a scored matrix: draw
     ``batch`` distinct images and one caption of each (``batches`` times, seeded), and count the pairs whose score
     is strictly the largest of its row and of its column in that B × B block (ties count as misses, so a collapsed
     matrix gives 0). Below ~0.5 the hardest-negative loss is lowered by contracting the matrix
     (docs/benchmark.md "Convergence")."""
-    s = torch.as_tensor(np.asarray(sims) if not torch.is_tensor(sims) else sims)
+    s = sims if is_tensor(sims) else torch.as_tensor(np.asarray(sims))
     n_img = s.shape[0]
     if batch > n_img:
         raise ValueError(f"in_batch_top1: batch {batch} is larger than the {n_img} images of the matrix")
