@@ -305,6 +305,7 @@ def prepare_rerank(sims, name: str, params: Mapping[str, Any] | None = None, cap
 def rerank(sims, name: str, params: Mapping[str, Any] | None = None, captions_per_image: int | None = None,
            dataset: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Re-ranked ``(sims_i2t, sims_t2i)``: rank rows of the first for image->text, columns of the second for
-    text->image. ``params`` override the defaults of ``dataset`` (see :func:`default_params`)."""
+    text->image. ``params`` override the defaults of ``dataset`` (see :func:`default_params`). Tensors, whatever
+    ``sims`` is: the materialised matrices are for inspection and tests; the evaluator ranks in blocks instead."""
     rescoring, _ = prepare_rerank(sims, name, params, captions_per_image, dataset)
     return rescoring.materialize()
