@@ -78,6 +78,30 @@ def test_show_prints_a_training_run_from_its_history(tiny_synth_run, tmp_path):
     assert lines[4].split(" | ")[:4] == ["| 1", f"{h['loss']:.4f}", f"{h['lr']:.3g}", f"{h['val_rsum']:.1f}"]
 
 
+def test_show_of_a_folder_of_runs_lists_them(tiny_synth_run, tmp_path):
+    """`xmr show runs/DATASET/` (or `runs/`): one row per run below it, recipes, experiment variants and benchmark
+    seeds alike, and a run still training from its history.csv; it used to say "no results files"."""
+    import shutil
+
+    summary = json.loads((tiny_synth_run / "train.json").read_text())
+    root = tmp_path / "runs" / "synth"
+    shutil.copytree(tiny_synth_run, root / "dvse_docs")
+    shutil.copytree(tiny_synth_run, root / "exp" / "ablation" / "no_dm")
+    (root / "bench" / "b" / "v" / "s0").mkdir(parents=True)
+    shutil.copy(tiny_synth_run / "history.csv", root / "bench" / "b" / "v" / "s0" / "history.csv")
+    (h,) = summary["history"]
+    for folder in (root, tmp_path / "runs"):
+        lines = run_xmr("show", folder, check=True).stdout.splitlines()
+        assert lines[0] == "| run | method | recipe | epochs | ended by | best val RSUM | best epoch | train s |"
+        cells = [ln.strip("| ").split(" | ") for ln in lines[2:]]
+        assert [c[0] for c in cells] == [str(root / "bench/b/v/s0"), str(root / "dvse_docs"),
+                                         str(root / "exp/ablation/no_dm")]
+        done = ["dvse", "dvse_docs", "1", summary["stopped_by"], f"{summary['best_val_rsum']:.1f}", "1",
+                f"{summary['train_seconds']:.0f}"]
+        assert cells[1][1:] == done and cells[2][1:] == done
+        assert cells[0][1:] == ["—", "—", "1", "(no train.json yet)", f"{h['val_rsum']:.1f}", "1", "—"]
+
+
 def test_rerank_param_takes_several_values_after_one_flag(tmp_path):
     rng = np.random.default_rng(0)
     np.save(tmp_path / "S.npy", rng.standard_normal((10, 50)).astype(np.float32))

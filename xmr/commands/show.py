@@ -8,8 +8,9 @@ HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both
 
 def add_arguments(p):
     p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files, folders (every results "
-                   "file in them, e.g. results/synth/), or run directories (runs/{dataset}/{recipe}/, or their "
-                   "train.json: how training went, epoch by epoch)")
+                   "file in them, e.g. results/synth/), run directories (runs/{dataset}/{recipe}/, or their "
+                   "train.json: how training went, epoch by epoch), or folders of runs (runs/synth/, runs/: one "
+                   "row per run)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
 
@@ -42,7 +43,7 @@ def expand_folders(paths: list[str]) -> list[str]:
             continue
         found = [str(f) for f in sorted(Path(p).glob("*.json")) if _is_results_file(f)]
         if not found:
-            raise XmrError(f"{p}: no results files in this folder, nor a run's train.json (results/{{dataset}}/"
+            raise XmrError(f"{p}: no results files in this folder, nor runs (results/{{dataset}}/"
                            f"{{target}}.json are made by `snakemake results/DATASET/TARGET.json`, xmr evaluate or "
                            f"xmr test; runs/{{dataset}}/{{recipe}}/ by xmr train)")
         out += found
@@ -80,16 +81,33 @@ def _is_run(path: str) -> bool:
         and not any(_is_results_file(f) for f in p.glob("*.json"))
 
 
+def runs_below(path: str) -> list[str]:
+    """The run directories anywhere below a folder that holds no results files itself (``runs/synth/``: recipes,
+    ``exp/{experiment}/{variant}``, ``bench/{benchmark}/{variant}/s{seed}``), by path; empty for anything else."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_dir() or _is_run(path) or any(_is_results_file(f) for f in p.glob("*.json")):
+        return []
+    found = {f.parent for name in ("train.json", "history.csv") for f in p.rglob(name)}
+    return [str(d) for d in sorted(found) if _is_run(str(d))]
+
+
 def run(args):
-    from xmr.report.tables import HISTORY_COLUMNS, csv_table, markdown_table, result_rows, run_history
+    from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
+                                   run_row)
 
     table = csv_table if args.csv else markdown_table
     runs = [p for p in args.results if _is_run(p)]
-    results = [p for p in args.results if p not in runs]
+    folders = {p: runs_below(p) for p in args.results if p not in runs}
+    folders = {p: below for p, below in folders.items() if below}
+    results = [p for p in args.results if p not in runs and p not in folders]
     parts = [table(result_rows(expand_folders(results)))] if results else []
     for r in runs:
         line, rows = run_history(r)
         parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")
+    for below in folders.values():
+        parts.append(table([run_row(r) for r in below], RUNS_COLUMNS))
     text = "\n".join(parts)
     print(text, end="")
     if args.out:

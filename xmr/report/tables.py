@@ -117,12 +117,21 @@ def _history_rows(history: list[dict]) -> list[dict]:
              "seconds": _num(h.get("seconds"), ".1f")} for h in history]
 
 
+def _train_summary(path: Path) -> dict:
+    """A run's ``train.json``, checked to hold its epochs."""
+    from xmr.errors import XmrError
+
+    s = read_json(path)
+    if not isinstance(s, dict) or not isinstance(s.get("history"), list) or "best_epoch" not in s:
+        raise XmrError(f"{path}: a train.json without its epochs (`history`, `best_epoch`); `xmr train` writes the "
+                       f"whole summary when training ends")
+    return s
+
+
 def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     """A run's summary line and one row per epoch (values formatted), from ``train.json`` (``run`` is the run
     directory or that file); a run directory without one yet (training, or stopped before its end) shows the
     epochs of its ``history.csv``."""
-    from xmr.errors import XmrError
-
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
     if not path.exists() and (path.parent / "history.csv").is_file():
         from xmr.report.figures import load_history
@@ -130,10 +139,7 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
         rows = _history_rows(load_history(path.parent))
         return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
                 f"in history.csv"), rows
-    s = read_json(path)
-    if not isinstance(s, dict) or not isinstance(s.get("history"), list) or "best_epoch" not in s:
-        raise XmrError(f"{path}: a train.json without its epochs (`history`, `best_epoch`); `xmr train` writes the "
-                       f"whole summary when training ends")
+    s = _train_summary(path)
     rows = _history_rows(s["history"])
     ended = f", ended by {s['stopped_by']}" if s.get("stopped_by") else ""
     line = (f"{path.parent}: {s.get('method', '?')} (recipe {s.get('recipe', '?')}) on {s.get('dataset', '?')}, "
@@ -141,6 +147,28 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
             f"validation RSUM {_num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
             f"{_num(s.get('train_seconds'), '.0f')} s of training")
     return line, rows
+
+
+# `xmr show runs/DATASET/` (or runs/): one row per run directory below the folder
+RUNS_COLUMNS = ["run", "method", "recipe", "epochs", "ended by", "best val RSUM", "best epoch", "train s"]
+
+
+def run_row(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A run directory as one row of :data:`RUNS_COLUMNS`: from its ``train.json``, or, before training has
+    ended, from its ``history.csv`` (the best validation RSUM so far)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "train.json").exists():
+        from xmr.report.figures import load_history
+
+        hist = load_history(run_dir)
+        best = max(hist, key=lambda h: h.get("val_rsum", float("-inf")), default={})
+        return {"run": str(run_dir), "epochs": len(hist), "ended by": "(no train.json yet)",
+                "best val RSUM": best.get("val_rsum"), "best epoch": _num(best.get("epoch"), ".0f")}
+    s = _train_summary(run_dir / "train.json")
+    return {"run": str(run_dir), "method": s.get("method"), "recipe": s.get("recipe"),
+            "epochs": s.get("epochs_trained", len(s["history"])), "ended by": s.get("stopped_by"),
+            "best val RSUM": s.get("best_val_rsum"), "best epoch": s["best_epoch"],
+            "train s": _num(s.get("train_seconds"), ".0f")}
 
 
 def markdown_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
