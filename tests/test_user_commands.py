@@ -102,6 +102,15 @@ def test_show_of_a_folder_of_runs_lists_them(tiny_synth_run, tmp_path):
         assert cells[0][1:] == ["—", "—", "1", "(no train.json yet)", f"{h['val_rsum']:.1f}", "1", "—"]
 
 
+def test_a_binary_file_where_json_is_read_is_one_line(tmp_path):
+    """`xmr summarize` given a .npy (a results file expected): one line naming it, no UnicodeDecodeError."""
+    np.save(tmp_path / "S.npy", np.ones((2, 2), np.float32))
+    line = _one_line_error(run_xmr("summarize", tmp_path / "S.npy", "--out-dir", tmp_path / "out"), "summarize")
+    assert line == f"xmr summarize: error: {tmp_path / 'S.npy'}: not a JSON file (not UTF-8 text; a binary file " \
+                   "such as a .npy?)"
+    assert not (tmp_path / "out").exists()
+
+
 def test_rerank_param_takes_several_values_after_one_flag(tmp_path):
     rng = np.random.default_rng(0)
     np.save(tmp_path / "S.npy", rng.standard_normal((10, 50)).astype(np.float32))

@@ -122,7 +122,9 @@ def read_json(path: str | os.PathLike) -> Any:
     if not path.exists():
         raise XmrError(f"{path}: file not found")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes().decode("utf-8"))  # JSON is UTF-8, whatever the locale says
+    except UnicodeDecodeError:
+        raise XmrError(f"{path}: not a JSON file (not UTF-8 text; a binary file such as a .npy?)") from None
     except json.JSONDecodeError as e:
         raise XmrError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
 
