@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xmr.evaluation import evaluate_sims  # noqa: E402
-from xmr.similarity import compute_similarity  # noqa: E402
+from xmr.similarity import compute_similarity, similarity_to_numpy  # noqa: E402
 
 RERANKERS = (None, "fr", "rr", "mr", "isoftmax", "dsl", "csls", "qbnorm")
 CHEAP_RERANKERS = (None, "fr", "csls")  # for the 5000 x 25000 protocols
@@ -66,7 +66,9 @@ def main() -> int:
     cap = g.standard_normal((1000, 64)).astype(np.float32)
     for m in ("cosine", "max", "mean", "chamfer", "smooth_chamfer"):
         x = img[:, 0] if m == "cosine" else img
-        check(f"similarity {m}", lambda dev, x=x, m=m: compute_similarity(x, cap, m, device=dev).cpu().numpy(), 1e-4)
+        # NumPy inputs: the CPU side is NumPy's path (NumPy in, NumPy out), the device side torch's
+        check(f"similarity {m}",
+              lambda dev, x=x, m=m: similarity_to_numpy(compute_similarity(x, cap, m, device=dev)), 1e-4)
 
     # GPO: the device path (no host read of the lengths) against the CPU's per-distinct-size path, with gradients
     from xmr.models.gpo import GPO
