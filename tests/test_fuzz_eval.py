@@ -10,7 +10,6 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
 from xmr.cli import main
 from xmr.errors import XmrError
