@@ -48,7 +48,7 @@ def lse_stats(sims, col_scale: float, row_scale: float, block_bytes: int) -> tup
     cpu = given_numpy or sims.device.type == "cpu"
     xp = np if cpu else torch
     a = sims if given_numpy else sims.detach().numpy() if cpu else sims
-    lo, hi = (float(a.min()), float(a.max())) if cpu else map(float, torch.aminmax(sims))
+    lo, hi = (float(a.min()), float(a.max())) if given_numpy else map(float, torch.aminmax(sims))  # aminmax: 1 pass
     shared = max(col_scale, row_scale) * (hi - lo) <= _SHARED_SHIFT_SPAN
     on = {} if cpu else {"device": sims.device}  # torch allocates on the CPU unless told
     col = xp.zeros(m, dtype=xp.float64, **on) if shared else xp.full((m,), -np.inf, dtype=xp.float32, **on)
