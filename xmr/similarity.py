@@ -251,7 +251,8 @@ def _block(spec: SetMeasure, x: torch.Tensor, y: torch.Tensor, kw: dict,
 
 def _normalized(t):
     """Unit vectors along the last axis (a zero vector stays zero): torch's ``F.normalize`` formula, x / max(‖x‖,
-    1e-12); NumPy's norm rounds differently from torch's, so the two paths agree to float32 rounding, not bit for bit."""
+    1e-12). NumPy's norm rounds differently from torch's: the two paths agree to float32 rounding, not bit for
+    bit."""
     if is_tensor(t):
         return torch.nn.functional.normalize(t, dim=-1)
     with np.errstate(over="ignore"):  # a norm past float32's range is inf, as in torch: the vector becomes zero
