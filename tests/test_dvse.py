@@ -19,13 +19,30 @@ CAPTIONS = [["a", "red", "circle"], ["a", "blue", "square"], ["big", "red", "squ
             ["blue", "circle"], ["a", "big", "blue", "square"]]
 
 
-def dvse_model(tiny_synth, image_dim=12, **sections):
+# the global branch h_V of each reading: the method file's VSE∞ base (GPO over projected regions) and PVSE's FC(mean)
+BASES = {"vse_inf": {"image_projection": "per_region", "image_pool": "gpo", "text_pool": "gpo"},
+         "pvse": {"image_projection": "pooled_fc", "image_pool": "mean", "text_pool": "mean"}}
+NO_AUGMENT = {"size_augment": {"mode": "none"}, "text_augment": 0.0}  # these tests are about the losses and heads
+
+
+def dvse_model(tiny_synth, image_dim=12, base="vse_inf", **sections):
     sections.setdefault("model", {})
-    sections["model"] = {"num_embeds": 4, **sections["model"]}
+    sections["model"] = {"num_embeds": 4, **BASES[base], **NO_AUGMENT, **sections["model"]}
     cfg = load_run_config(tiny_synth.recipe("dvse", name="dvse_unit", text={"word_vectors": None, "word_dim": 8},
                                             **sections))
     torch.manual_seed(0)
     return build_model(cfg, image_dim, VOCAB)
+
+
+def global_term(model, feats, nr):
+    """h_V(z) of either reading, from the model's own modules."""
+    if model.model_settings.image_projection == "per_region":
+        return model.image_pool(model.image_proj(feats), nr)
+    return model.image_head.global_fc(torch.stack([feats[i, :n].mean(0) for i, n in enumerate(nr)]))
+
+
+def image_pie(model):
+    return model.image_pie if model.model_settings.image_projection == "per_region" else model.image_head.pie
 
 
 def batch_inputs(model, b=6, r=5, f=12):
@@ -56,13 +73,14 @@ def test_dynamic_mask_is_the_frozen_projection_sign(tiny_synth):
     assert torch.equal(dvse_model(tiny_synth).mask_projection, w)
 
 
-def test_gate_mode_masked_slot_is_global_embedding(tiny_synth):
-    model = dvse_model(tiny_synth).eval()
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_gate_mode_masked_slot_is_global_embedding(tiny_synth, base):
+    model = dvse_model(tiny_synth, base=base).eval()
     feats, nr, _ = batch_inputs(model)
     emb = model.encode_image(feats, nr)
     mask = model.dynamic_mask(feats, nr)
-    g = model.image_head.global_fc(torch.stack([feats[i, :n].mean(0) for i, n in enumerate(nr)]))
-    only_global = F.normalize(model.image_head.pie.layer_norm(g), dim=-1)
+    with torch.no_grad():
+        only_global = F.normalize(image_pie(model).layer_norm(global_term(model, feats, nr)), dim=-1)
     off = (mask == 0).nonzero().tolist()
     assert off, "fixture should mask at least one slot"
     for i, k in off:
@@ -71,36 +89,40 @@ def test_gate_mode_masked_slot_is_global_embedding(tiny_synth):
     assert not torch.allclose(emb[on_i, on_k], only_global[on_i], atol=1e-3)
 
 
-def test_layer_norm_position_and_residual_scale(tiny_synth):
-    """model.layer_norm per_term: v^k = l2norm(LN(g) + m_k LN'(v̂^k)); model.residual_scale λ: l2norm(LN(g + λ m_k v̂^k)),
-    recomputed from the head's own parts; the image's global term and residuals are kept for the set statistics."""
-    def by_hand(model, feats, nr, per_term, scale):
-        head = model.image_head
-        g = head.global_fc(torch.stack([feats[i, :n].mean(0) for i, n in enumerate(nr)]))
-        pooled, _ = head.pie.attention(feats, nr)
-        res = torch.sigmoid(head.pie.fc(pooled))
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_layer_norm_position_and_residual_scale(tiny_synth, base):
+    """model.layer_norm per_term: v^k = l2norm(LN(g) + m_k LN'(v̂^k)); model.residual_scale λ: l2norm(LN(g + λ m_k v̂^k));
+    none: l2norm(g + m_k v̂^k); recomputed from the head's own parts; the image's global term and residuals are kept
+    for the set statistics."""
+    def by_hand(model, feats, nr, norm, scale):
+        pie = image_pie(model)
+        g = global_term(model, feats, nr)
+        pooled, _ = pie.attention(feats, nr)
+        res = torch.sigmoid(pie.fc(pooled))
         m = model.dynamic_mask(feats, nr)[..., None]
-        ln = head.pie.layer_norm
-        if per_term:
-            return F.normalize(ln(g)[:, None] + m * head.pie.residual_norm(res), dim=-1), g, res
-        return F.normalize(ln(g[:, None] + scale * m * res), dim=-1), g, res
+        if norm == "per_term":
+            return F.normalize(pie.layer_norm(g)[:, None] + m * pie.residual_norm(res), dim=-1), g, res
+        if norm == "none":
+            return F.normalize(g[:, None] + scale * m * res, dim=-1), g, res
+        return F.normalize(pie.layer_norm(g[:, None] + scale * m * res), dim=-1), g, res
 
-    for per_term, scale in ((False, 1.0), (False, 4.0), (True, 1.0)):
-        model = dvse_model(tiny_synth, model={"layer_norm": "per_term" if per_term else "sum",
-                                              "residual_scale": scale}).eval()
+    for norm, scale in (("sum", 1.0), ("sum", 4.0), ("per_term", 1.0), ("none", 1.0)):
+        model = dvse_model(tiny_synth, base=base, model={"layer_norm": norm, "residual_scale": scale}).eval()
         with torch.no_grad():  # the second LayerNorm's affine away from identity, so that it is seen
-            if per_term:
-                model.image_head.pie.residual_norm.weight.uniform_(0.5, 2.0)
+            if norm == "per_term":
+                image_pie(model).residual_norm.weight.uniform_(0.5, 2.0)
         feats, nr, _ = batch_inputs(model)
         with torch.no_grad():
             out = model.image_outputs(feats, nr)
-            want, g, res = by_hand(model, feats, nr, per_term, scale)
+            want, g, res = by_hand(model, feats, nr, norm, scale)
         assert torch.allclose(out["img"], want, atol=1e-5)
         assert torch.allclose(out["image_global"], g, atol=1e-6)
         assert torch.allclose(out["image_residuals"], res, atol=1e-6)
     # the recipes' reading (config/methods/dvse.yaml, the readings study) is per_term; the formula has one LayerNorm
-    assert hasattr(dvse_model(tiny_synth).image_head.pie, "residual_norm")
-    assert not hasattr(dvse_model(tiny_synth, model={"layer_norm": "sum"}).image_head.pie, "residual_norm")
+    assert hasattr(image_pie(dvse_model(tiny_synth, base=base)), "residual_norm")
+    assert not hasattr(image_pie(dvse_model(tiny_synth, base=base, model={"layer_norm": "sum"})), "residual_norm")
+    assert isinstance(image_pie(dvse_model(tiny_synth, base=base, model={"layer_norm": "none"})).layer_norm,
+                      torch.nn.Identity)
 
 
 def test_loss_only_and_drop_terms_modes(tiny_synth):
@@ -112,8 +134,9 @@ def test_loss_only_and_drop_terms_modes(tiny_synth):
     feats, nr, _ = batch_inputs(gate)
     mask = gate.dynamic_mask(feats, nr)
     ungated = loss_only.encode_image(feats, nr)  # loss_only: the mask does not touch the embeddings
-    out = loss_only.image_head(feats, nr)
-    assert torch.allclose(ungated, out["embeddings"])
+    with torch.no_grad():
+        out = image_pie(loss_only)(global_term(loss_only, feats, nr), feats, nr)
+    assert torch.allclose(ungated, F.normalize(out["embeddings"], dim=-1))
     # drop_terms at test time: each masked slot repeats the first active one, so max over K = max over active
     dropped = drop.encode_image(feats, nr)
     for i in range(len(nr)):
@@ -123,13 +146,14 @@ def test_loss_only_and_drop_terms_modes(tiny_synth):
 
 
 def test_total_loss_is_eta_weighted_sum(tiny_synth):
+    """After the warm-up epoch (epoch 1.0 on): η · L_var (hardest negative) + (1 − η) · L_dc."""
     model = dvse_model(tiny_synth).train()
     feats, nr, text = batch_inputs(model)
     fwd = model(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
     pos = torch.eye(6, dtype=torch.bool)
     pos[0, 3] = True  # caption 3 also belongs to image 0
-    terms = model.compute_loss(fwd, pos, 0.0)
+    terms = model.compute_loss(fwd, pos, 1.0)
     residuals, mask = fwd["image_residuals"], fwd["mask"]
     l_var = variance_aware_loss(torch.einsum("bkd,cd->bkc", img, txt), pos, 0.2)["loss"]
     l_dc = dynamic_orthogonal_loss(residuals, mask, 0.4, "mean")
@@ -137,14 +161,15 @@ def test_total_loss_is_eta_weighted_sum(tiny_synth):
     assert terms["l_dc"].item() == pytest.approx(l_dc.item(), rel=1e-6)
     assert terms["loss"].item() == pytest.approx(0.6 * l_var.item() + 0.4 * l_dc.item(), rel=1e-6)
     terms["loss"].backward()
-    assert model.image_head.pie.attention.w1.weight.grad.abs().sum() > 0
-    assert model.text_head.pie.fc.weight.grad.abs().sum() > 0
+    assert image_pie(model).attention.w1.weight.grad.abs().sum() > 0
+    assert model.text_pie.fc.weight.grad.abs().sum() > 0
+    assert model.image_pool.gpo.score.weight.grad.abs().sum() > 0  # the VSE∞ base learns with the sets
     # η is read from the config, not fixed at the paper's 0.6: η = 0.25 -> 0.25 L_var + 0.75 L_dc
     other = dvse_model(tiny_synth, loss={"eta": 0.25}).train()
     other.load_state_dict(model.state_dict())
     fwd = other(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
-    t = other.compute_loss(fwd, pos, 0.0)
+    t = other.compute_loss(fwd, pos, 1.0)
     assert t["l_var"].item() == pytest.approx(l_var.item(), rel=1e-6)
     assert t["loss"].item() == pytest.approx(0.25 * l_var.item() + 0.75 * l_dc.item(), rel=1e-6)
 
@@ -156,20 +181,20 @@ def test_table_v_switches(tiny_synth):
     feats, nr, text = batch_inputs(m)
     fwd = m(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
-    t = m.compute_loss(fwd, pos, 0.0)
+    t = m.compute_loss(fwd, pos, 1.0)
     plain = variance_aware_loss(torch.einsum("bkd,cd->bkc", img, txt), pos, 0.2, weighting=False)["loss"]
     assert t["l_var"].item() == pytest.approx(plain.item(), rel=1e-6)
     # w/o L_ort: no L_dc term
     m = dvse_model(tiny_synth, loss={"orthogonal": {"enabled": False}}).train()
     fwd = m(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
-    t = m.compute_loss(fwd, pos, 0.0)
+    t = m.compute_loss(fwd, pos, 1.0)
     assert "l_dc" not in t and t["loss"].item() == pytest.approx(0.6 * t["l_var"].item(), rel=1e-6)
     # w/o DM: no mask; L_ort over all pairs
     m = dvse_model(tiny_synth, model={"dynamic_mask": {"enabled": False}}).train()
     fwd = m(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
-    t = m.compute_loss(fwd, pos, 0.0)
+    t = m.compute_loss(fwd, pos, 1.0)
     assert fwd["mask"] is None and "mask_active" not in t
     assert t["l_dc"].item() == pytest.approx(dynamic_orthogonal_loss(fwd["image_residuals"], None).item(),
                                              rel=1e-6)
@@ -177,12 +202,22 @@ def test_table_v_switches(tiny_synth):
     m = dvse_model(tiny_synth, model={"num_embeds": 1}).train()
     fwd = m(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]
-    assert img.shape == (6, 1, 32) and "l_dc" not in m.compute_loss(fwd, pos, 0.0)
-    # the "global only" reading: image = l2norm(LN(FC(mean z)))
-    m = dvse_model(tiny_synth, model={"attention": False}).eval()
+    assert img.shape == (6, 1, 32) and "l_dc" not in m.compute_loss(fwd, pos, 1.0)
+    # the "global only" reading: image = l2norm(LN(h_V(z))), h_V = FC(mean z) (PVSE) or GPO(proj(z)) (VSE∞)
+    m = dvse_model(tiny_synth, base="pvse", model={"attention": False}).eval()
     img = m.encode_image(feats, nr)
     pooled = torch.stack([feats[i, :n].mean(0) for i, n in enumerate(nr)])
     assert torch.allclose(img[:, 0], F.normalize(m.image_norm(m.image_global(pooled)), dim=-1), atol=1e-6)
+    m = dvse_model(tiny_synth, model={"attention": False}).eval()
+    with torch.no_grad():
+        want = F.normalize(m.image_norm(m.image_pool(m.image_proj(feats), nr)), dim=-1)
+    assert torch.allclose(m.encode_image(feats, nr)[:, 0], want, atol=1e-6)
+    # and the caption without its residual: t = l2norm(LN(h_T(z_t)))
+    m = dvse_model(tiny_synth, model={"text_residual": False}).eval()
+    with torch.no_grad():
+        h, lengths = m.text(text)
+        want = F.normalize(m.text_norm(m.text_pool(h, lengths)), dim=-1)
+    assert not hasattr(m, "text_pie") and torch.allclose(m.encode_text(text), want, atol=1e-6)
 
 
 def test_warmup_sums_hinges_before_the_hardest_negative(tiny_synth):
@@ -198,8 +233,8 @@ def test_warmup_sums_hinges_before_the_hardest_negative(tiny_synth):
     assert summed.item() > hardest.item()  # more than one violating negative in this batch
     assert model.compute_loss(fwd, pos, 0.99)["l_var"].item() == pytest.approx(summed.item(), rel=1e-6)
     assert model.compute_loss(fwd, pos, 1.0)["l_var"].item() == pytest.approx(hardest.item(), rel=1e-6)
-    # default 0 (the paper): the hardest negative from the first step
-    plain = dvse_model(tiny_synth, loss={"orthogonal": {"enabled": False}}).train()
+    # 0 (the paper states no warm-up; the method file takes VSE∞'s 1): the hardest negative from the first step
+    plain = dvse_model(tiny_synth, loss={"warmup_epochs": 0, "orthogonal": {"enabled": False}}).train()
     plain.load_state_dict(model.state_dict())
     fwd = plain(feats, nr, text)
     img, txt = fwd["img"], fwd["txt"]

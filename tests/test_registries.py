@@ -38,14 +38,15 @@ def test_every_built_in_method_has_its_schema_file_and_no_file_is_orphaned():
 # The code's name tables each schema enum restates: adding a name to one and not the other fails here.
 CODE_TABLES = [
     ("dvse", "xmr.models.set_heads", "ACTIVATIONS"), ("dvse", "xmr.models.set_heads", "NORM_POSITIONS"),
-    ("dvse", "xmr.models.set_heads", "POOLS"), ("dvse", "xmr.losses.orthogonal", "DC_MODES"),
-    ("pvse", "xmr.models.set_heads", "ACTIVATIONS"), ("dive", "xmr.models.set_heads", "POOLS"),
+    ("dvse", "xmr.methods.dvse", "IMAGE_POOLS"), ("dvse", "xmr.methods.dvse", "TEXT_POOLS"),
+    ("dvse", "xmr.methods.dvse", "IMAGE_PROJECTIONS"), ("dvse", "xmr.losses.orthogonal", "DC_MODES"),
+    ("pvse", "xmr.models.set_heads", "ACTIVATIONS"), ("dive", "xmr.models.set_heads", "TEXT_GLOBALS"),
     ("dive", "xmr.models.slot_attention", "POSITION_LENGTHS"), ("pcme", "xmr.methods.pcme", "SCORE_MEASURES"),
     ("pcme", "xmr.models.set_heads", "POOLS"),
     ("pcme", "xmr.methods.pcme", "LOGIT_SCALES"), ("rrf", "xmr.methods.rrf", "FUSIONS"),
     ("rrf", "xmr.losses.bi_rank", "NEGATIVE_SELECTIONS"), ("vse_inf", "xmr.models.pooling", "L2_NORMS"),
     ("vsepp", "xmr.methods.vsepp", "POOLS"),
-    *[(m, "xmr.models.augment", "SIZE_AUGMENT_MODES") for m in ("coder", "dive", "vse_2ad", "vse_inf")],
+    *[(m, "xmr.models.augment", "SIZE_AUGMENT_MODES") for m in ("coder", "dive", "dvse", "vse_2ad", "vse_inf")],
     *[(m, "xmr.models.augment", "TEXT_AUGMENT_STYLES") for m in ("dive", "pcme")],
 ]
 

@@ -215,7 +215,9 @@ SHRINK = ["train.gather_negatives=true", "optim.grad_clip=null", "model.embed_di
 # processes); DVSE with the dynamic mask's centring on, whose running mean is all-reduced across processes.
 STEP_METHODS = {
     "vsepp": SHRINK,
-    "dvse": SHRINK + ["model.attention_hidden=8", "model.num_embeds=3", "model.dynamic_mask.center=true"],
+    # DVSE (as DivE below) without the residual MLP's BatchNorm and without its random drops, which differ per process
+    "dvse": SHRINK + ["model.attention_hidden=8", "model.num_embeds=3", "model.dynamic_mask.center=true",
+                      "model.residual_mlp=false", "model.size_augment.mode=none", "model.text_augment=0"],
     "pvse": SHRINK + ["model.attention_hidden=8"],
     # DivE without its residual MLP: BatchNorm's batch statistics stay per process under DDP (docs/pipeline.md)
     "dive": SHRINK + ["model.dim_head=4", "model.heads=2", "model.dropout=0", "model.text_augment=0",

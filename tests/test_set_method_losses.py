@@ -125,7 +125,7 @@ def test_pvse_loss_is_mil_triplet_plus_weighted_gram_diversity_and_mmd(tiny_synt
                   loss={"margin": 0.3, "div_weight": 0.3, "mmd_weight": 0.7, "mmd_gamma": 0.5})
     fwd = model(*batch(model))
     img, txt = fwd["img"], fwd["txt"]
-    out = model.compute_loss(fwd, POS, 0.0)
+    out = model.compute_loss(fwd, POS, 1.0)  # after the warm-up epoch: the hardest negative
     i, t = np64(img), np64(txt)
     ranking = hardest_triplet_mean(mil(i, t), POS.numpy(), 0.3)
     div = gram_diversity(np64(fwd["image_residuals"])) + gram_diversity(np64(fwd["text_residuals"]))
@@ -179,7 +179,7 @@ def test_dive_loss_is_smooth_chamfer_triplet_plus_mmd_and_slot_uniformity(tiny_s
                   loss={"margin": 0.2, "alpha": 16.0, "mmd_weight": 0.4, "div_weight": 0.3, "div_scale": 2.0})
     fwd = model(*batch(model))
     img, txt = fwd["img"], fwd["txt"]
-    out = model.compute_loss(fwd, POS, 0.0)
+    out = model.compute_loss(fwd, POS, 1.0)  # after the warm-up epoch: the hardest negative
     i, t = np64(img), np64(txt)
     ranking = hardest_triplet_mean(smooth_chamfer(i, t, 16.0), POS.numpy(), 0.2)
     m = mmd(i.reshape(-1, i.shape[-1]), t.reshape(-1, t.shape[-1]), 0.5)

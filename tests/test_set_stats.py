@@ -81,7 +81,9 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
     img, cap = encode_split(model, cfg, data, feats, torch.device("cpu"))
     b = collate_images([ImageDataset(feats, list(range(data.num_images)))[i] for i in range(data.num_images)])
     with torch.no_grad():
-        out = model.image_head(b["feats"], b["num_regions"], model.dynamic_mask(b["feats"], b["num_regions"]))
+        feats_, nr = b["feats"], b["num_regions"]  # the method file's base: h_V = GPO(proj(z)), then the PIE-Net
+        g = model.image_pool(model.image_proj(feats_), nr)
+        out = {**model.image_pie(g, feats_, nr, model.dynamic_mask(feats_, nr)), "global": g}
     assert got["k"] == 3 and got["split"] == "test"
     # by loops: each image's 3 x 3 cosines, off-diagonal mean, averaged over images
     e = torch.nn.functional.normalize(img.double(), dim=-1)

@@ -15,6 +15,11 @@ Reconstructed from the supplement (the main paper and code are not available; se
 Embeddings are (B, 2, D) sets [instance, concept]; the evaluation score is
 ``fusion_alpha · S^I + (1 - fusion_alpha) · S^C`` (``eval.similarity: model``).
 
+Every addition to the GPO base switches off: ``model.concept.enabled: false`` (no concept branch, no pseudo
+labels: embeddings (B, 1, D)), ``loss.weight_memory: 0`` (no memory-bank term; without it and the pseudo labels
+no momentum encoders or queues are built) and ``loss.ranking: triplet`` (VSE∞'s hinge with its summed-hinge
+warm-up instead of DCL). With all three CODER is VSE∞, weight for weight (tests/test_reductions.py).
+
 The concept vocabulary and graph are built from the training split the first time the model runs in training
 mode (the trainer gives the constructor no captions); they live in the state dict (the words as extra state,
 the graph as buffers, the concept vectors as a parameter), so ``load_trained`` rebuilds the model without data.
@@ -41,6 +46,7 @@ from xmr.config import method_schema
 from xmr.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_loss
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
+from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.augment import augment_caption_batch, drop_regions
 from xmr.models.gpo import GPO
@@ -164,6 +170,9 @@ class CODERLoss:
     sd_formula: str
     div_direction: str
     entropy_temperature: float
+    ranking: str
+    margin: float
+    warmup_epochs: float
     weight_instance: float
     weight_memory: float
     weight_concept: float
@@ -185,20 +194,40 @@ class CODER(RetrievalModel):
         super().__init__(settings, image_dim, vocab_words)
         m, d = self.model_settings, self.embed_dim
         c = m.concept
-        # instance branch
+        # instance branch (VSE∞'s encoders, in VSE∞'s order)
         self.image_proj = LocalProjection(image_dim, d, m.residual_mlp)
         self.image_gpo = GPO(**m.gpo)
         self.text = self.build_text_encoder()
         self.text_gpo = GPO(**m.gpo)
-        self.text_query_gpo = None if m.share_text_query_aggr else GPO(**m.gpo)
-        # momentum encoders (no gradients; EMA of the instance branch)
-        self.key_image_proj = copy.deepcopy(self.image_proj)
-        self.key_image_gpo = copy.deepcopy(self.image_gpo)
-        self.key_text = copy.deepcopy(self.text)
-        self.key_text_gpo = copy.deepcopy(self.text_gpo)
-        for p in self._key_params():
-            p.requires_grad_(False)
-        # concept branch (filled by build_concepts)
+        self.concept_enabled = bool(c["enabled"])
+        if not self.concept_enabled and m.fusion_alpha < 1:
+            raise XmrError(f"model.fusion_alpha: {m.fusion_alpha} mixes in the concept score, but "
+                           f"model.concept.enabled is false; set model.fusion_alpha: 1")
+        self.text_query_gpo = None if m.share_text_query_aggr or not self.concept_enabled else GPO(**m.gpo)
+        # momentum encoders (no gradients; EMA of the instance branch): read by the memory bank and the pseudo labels
+        lc = self.loss_settings
+        self.momentum_enabled = lc.weight_memory > 0 or (self.concept_enabled and lc.weight_pseudo_label > 0)
+        if self.momentum_enabled:
+            self.key_image_proj = copy.deepcopy(self.image_proj)
+            self.key_image_gpo = copy.deepcopy(self.image_gpo)
+            self.key_text = copy.deepcopy(self.text)
+            self.key_text_gpo = copy.deepcopy(self.text_gpo)
+            for p in self._key_params():
+                p.requires_grad_(False)
+        if self.concept_enabled:
+            self._build_concept_branch()
+        if self.momentum_enabled:
+            # queues of momentum keys, each entry with the dataset index of its image (-1 = empty slot)
+            k = m.queue_size
+            self.register_buffer("queue_img", torch.zeros(k, d))
+            self.register_buffer("queue_txt", torch.zeros(k, d))
+            self.register_buffer("queue_image", torch.full((k,), -1, dtype=torch.long))
+            self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
+
+    def _build_concept_branch(self) -> None:
+        """Concept vectors and graph (filled by :meth:`build_concepts`), the GCN, the two query maps and the
+        pseudo-label prototypes."""
+        m, d, c = self.model_settings, self.embed_dim, self.model_settings.concept
         q = c["n_concepts"]
         self.concept_words: list[str] = []
         self.concept_emb = nn.Parameter(torch.zeros(q, c["word_dim"]), requires_grad=c["trainable"])
@@ -215,19 +244,14 @@ class CODER(RetrievalModel):
         self.prototypes = nn.Linear(d, m.n_prototypes, bias=False)
         with torch.no_grad():
             self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
-        # queues of momentum keys, each entry with the dataset index of its image (-1 = empty slot)
-        k = m.queue_size
-        self.register_buffer("queue_img", torch.zeros(k, d))
-        self.register_buffer("queue_txt", torch.zeros(k, d))
-        self.register_buffer("queue_image", torch.full((k,), -1, dtype=torch.long))
-        self.register_buffer("queue_ptr", torch.zeros((), dtype=torch.long))
 
     # -- state ----------------------------------------------------------------------------------------------------
     def get_extra_state(self) -> dict:
-        return {"concept_words": list(self.concept_words)}
+        return {"concept_words": list(getattr(self, "concept_words", []))}
 
     def set_extra_state(self, state: dict) -> None:
-        self.concept_words = list(state.get("concept_words", []))
+        if self.concept_enabled:
+            self.concept_words = list(state.get("concept_words", []))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # Checkpoints written before the queue kept image indices hold ``queue_fingerprint`` instead of
@@ -296,11 +320,13 @@ class CODER(RetrievalModel):
     def prepare(self, train_split) -> None:
         """Build the concepts from the training split (:class:`~xmr.data.base.CaptionedSplit`); the trainer calls
         this before the first step, a loaded checkpoint already holds them."""
+        if not self.concept_enabled:
+            return
         tokens = train_split.tokens or [re.findall(r"[a-z'-]+", cap.lower()) for cap in train_split.captions]
         self.build_concepts(tokens, train_split.caption_image)
 
     def _ensure_concepts(self) -> None:
-        if not bool(self.concepts_built):
+        if self.concept_enabled and not bool(self.concepts_built):
             raise XmrError("CODER: the concept vocabulary is not built; call model.prepare(train_split) (the trainer "
                            "does) or load a trained checkpoint")
 
@@ -320,25 +346,33 @@ class CODER(RetrievalModel):
     # -- encoders ---------------------------------------------------------------------------------------------------
     def _image_embed(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         v = self.image_gpo(self.image_proj(feats), num_regions)
-        return torch.stack([F.normalize(v, dim=-1), self._concept_embed(v, self.query_image,
+        if not self.concept_enabled:
+            return F.normalize(v, dim=-1)[:, None, :]
+        query = v.detach() if self.model_settings.concept["detach_query"] else v
+        return torch.stack([F.normalize(v, dim=-1), self._concept_embed(query, self.query_image,
                                                                           self.concept_vectors())], dim=1)
 
     def _text_embed(self, batch: dict) -> torch.Tensor:
         h, lengths = self.text(batch)
         w = self.text_gpo(h, lengths)
-        query = w if self.text_query_gpo is None else self.text_query_gpo(h, lengths)
+        if not self.concept_enabled:
+            return F.normalize(w, dim=-1)[:, None, :]
+        if self.text_query_gpo is None:  # the instance output is the query (shared aggregator)
+            query = w.detach() if self.model_settings.concept["detach_query"] else w
+        else:
+            query = self.text_query_gpo(h, lengths)
         return torch.stack([F.normalize(w, dim=-1), self._concept_embed(query, self.query_text,
                                                                           self.concept_vectors())], dim=1)
 
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
-        """(B, 2, D): [instance v^I, concept v^C]."""
+        """(B, 2, D): [instance v^I, concept v^C] ((B, 1, D) without the concept branch)."""
         if self.training:
             self._ensure_concepts()
             feats, num_regions = drop_regions(feats, num_regions, **self.model_settings.size_augment)
         return self._image_embed(feats, num_regions)
 
     def encode_text(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, 2, D): [instance w^I, concept w^C]."""
+        """(B, 2, D): [instance w^I, concept w^C] ((B, 1, D) without the concept branch)."""
         if self.training:
             self._ensure_concepts()
             batch = augment_caption_batch(batch, self.text, self.model_settings.text_augment)
@@ -354,22 +388,23 @@ class CODER(RetrievalModel):
         image_index = _checked_image_index(image_index, feats.shape[0], feats.device)
         feats, num_regions = drop_regions(feats, num_regions, **m.size_augment)
         text = augment_caption_batch(text, self.text, m.text_augment)
-        with torch.no_grad():  # momentum keys of the same (augmented) inputs
-            key_img = F.normalize(self.key_image_gpo(self.key_image_proj(feats), num_regions).float(), dim=-1)
-            h, lengths = self.key_text(text)
-            key_txt = F.normalize(self.key_text_gpo(h, lengths).float(), dim=-1)
-        return {"img": self._image_embed(feats, num_regions), "txt": self._text_embed(text),
-                "key_img": key_img, "key_txt": key_txt, "image_index": image_index}
+        out = {"img": self._image_embed(feats, num_regions), "txt": self._text_embed(text), "image_index": image_index}
+        if self.momentum_enabled:
+            with torch.no_grad():  # momentum keys of the same (augmented) inputs
+                out["key_img"] = F.normalize(self.key_image_gpo(self.key_image_proj(feats), num_regions).float(),
+                                             dim=-1)
+                h, lengths = self.key_text(text)
+                out["key_txt"] = F.normalize(self.key_text_gpo(h, lengths).float(), dim=-1)
+        return out
 
     # -- training ---------------------------------------------------------------------------------------------------
     def compute_loss(self, out, positives, epoch):
-        if "key_img" not in out:
+        if "image_index" not in out:
             raise XmrError("coder: compute_loss needs the output of a training-mode forward (model(...)), with "
-                           "the momentum keys")
+                           "the batch's image indices and momentum keys")
         c = self.loss_settings
         img, txt = out["img"], out["txt"]
-        key_img, key_txt, image_index = out["key_img"], out["key_txt"], out["image_index"]
-        v_i, v_c, w_i, w_c = img[:, 0], img[:, 1], txt[:, 0], txt[:, 1]
+        v_i, w_i = img[:, 0], txt[:, 0]
         b = v_i.shape[0]
         eye = torch.eye(b, dtype=torch.bool, device=img.device)
         neg = ~(positives | eye)
@@ -377,37 +412,59 @@ class CODER(RetrievalModel):
                     sd_formula=c.sd_formula, div_direction=c.div_direction,
                     entropy_temperature=c.entropy_temperature)
         terms: dict[str, torch.Tensor] = {}
-        inst = dcl_loss(v_i, w_i, w_i, v_i, neg, neg.t(), **opts)
-        terms["instance"] = inst["loss"]
-        terms["div_i2t"] = inst["div_i2t"]
-        # memory-bank DCL: candidates = momentum keys of the batch, then the queue
+        if c.ranking == "triplet":  # the GPO base's objective: VSE∞'s hinge, summed hinges in the warm-up
+            terms["instance"] = triplet_loss(v_i @ w_i.t(), positives, c.margin, epoch >= c.warmup_epochs, "sum")
+        else:
+            inst = dcl_loss(v_i, w_i, w_i, v_i, neg, neg.t(), **opts)
+            terms["instance"], terms["div_i2t"] = inst["loss"], inst["div_i2t"]
+        loss = c.weight_instance * terms["instance"]
+        if c.weight_memory > 0:
+            terms["memory"] = self._memory_loss(out, v_i, w_i, neg, opts)
+            loss = loss + c.weight_memory * terms["memory"]
+        if self.concept_enabled:
+            v_c, w_c = img[:, 1], txt[:, 1]
+            if c.weight_concept > 0:
+                terms["concept"] = dcl_loss(v_c, w_c, w_c, v_c, neg, neg.t(), **opts)["loss"]
+                loss = loss + c.weight_concept * terms["concept"]
+            if c.weight_pseudo_label > 0:
+                terms["pseudo_label"] = self._pseudo_label_loss(out, v_c, w_c)
+                loss = loss + c.weight_pseudo_label * terms["pseudo_label"]
+        return {"loss": loss, **terms}
+
+    def _memory_loss(self, out: dict, v_i: torch.Tensor, w_i: torch.Tensor, neg: torch.Tensor, opts: dict
+                     ) -> torch.Tensor:
+        """DCL against the momentum keys of the batch, then the queue."""
+        b, image_index = v_i.shape[0], out["image_index"]
         valid_q = self.queue_image >= 0
         q_neg = valid_q[None, :].expand(b, -1)
-        if c.queue_mask_same_image:  # queued keys of the anchor's own image are not negatives
+        if self.loss_settings.queue_mask_same_image:  # queued keys of the anchor's own image are not negatives
             q_neg = q_neg & (self.queue_image[None, :] != image_index[:, None])
         neg_i = torch.cat([neg, q_neg], dim=1)
         neg_t = torch.cat([neg.t(), q_neg], dim=1)
-        cand_txt = torch.cat([key_txt, self.queue_txt], dim=0)
-        cand_img = torch.cat([key_img, self.queue_img], dim=0)
-        terms["memory"] = dcl_loss(v_i, cand_txt, w_i, cand_img, neg_i, neg_t, **opts)["loss"]
-        terms["concept"] = dcl_loss(v_c, w_c, w_c, v_c, neg, neg.t(), **opts)["loss"]
-        # pseudo labels: Sinkhorn codes of the momentum instance keys, predicted from the concept embeddings
+        cand_txt = torch.cat([out["key_txt"], self.queue_txt], dim=0)
+        cand_img = torch.cat([out["key_img"], self.queue_img], dim=0)
+        return dcl_loss(v_i, cand_txt, w_i, cand_img, neg_i, neg_t, **opts)["loss"]
+
+    def _pseudo_label_loss(self, out: dict, v_c: torch.Tensor, w_c: torch.Tensor) -> torch.Tensor:
+        """Sinkhorn codes of the momentum instance keys, predicted from the concept embeddings."""
+        c = self.loss_settings
         protos = F.normalize(self.prototypes.weight, dim=1)
-        codes_img = sinkhorn_codes(key_img @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
-        codes_txt = sinkhorn_codes(key_txt @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
+        codes_img = sinkhorn_codes(out["key_img"] @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
+        codes_txt = sinkhorn_codes(out["key_txt"] @ protos.detach().t(), c.sinkhorn_epsilon, c.sinkhorn_iterations)
         if c.pl_cross_modal:
             codes_img, codes_txt = codes_txt, codes_img
         tau = c.prototype_temperature
-        terms["pseudo_label"] = (pseudo_label_loss(v_c @ protos.t() / tau, codes_img)
-                                 + pseudo_label_loss(w_c @ protos.t() / tau, codes_txt))
-        loss = (c.weight_instance * terms["instance"] + c.weight_memory * terms["memory"]
-                + c.weight_concept * terms["concept"] + c.weight_pseudo_label * terms["pseudo_label"])
-        return {"loss": loss, **terms}
+        return (pseudo_label_loss(v_c @ protos.t() / tau, codes_img)
+                + pseudo_label_loss(w_c @ protos.t() / tau, codes_txt))
 
     @torch.no_grad()
     def on_train_step_end(self, out: dict[str, torch.Tensor]) -> None:
         """EMA of the key encoders, enqueue this step's keys (from its forward's ``out``), re-normalise the
         prototypes."""
+        if self.concept_enabled:
+            self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
+        if not self.momentum_enabled:
+            return
         m = self.model_settings.momentum
         for online, key in self._key_pairs():
             for p_k, p_o in zip(key.parameters(), online.parameters()):
@@ -423,7 +480,6 @@ class CODER(RetrievalModel):
             self.queue_txt[idx] = key_txt[-n:].to(self.queue_txt.dtype)
             self.queue_image[idx] = image_index[-n:]
             self.queue_ptr.copy_((self.queue_ptr + n) % k)
-        self.prototypes.weight.copy_(F.normalize(self.prototypes.weight, dim=1))
 
     # -- evaluation -------------------------------------------------------------------------------------------------
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:

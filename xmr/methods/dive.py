@@ -5,13 +5,17 @@ Both modalities become a set of K = 4 embeddings from a slot-attention set predi
 over the slots, residual update, pre-LN GELU MLP, output LN(E^T) + LN(global), L2-normalised).
 Image: local features -> FC + residual 2-layer MLP (VSE∞ style, ROI setting) -> dropout; global = max-pool of
 the projected features (ROI) or average (conv). Caption: the SPM reads the word embeddings (released code),
-the global feature comes from the BiGRU outputs.
+the global feature is the BiGRU's last hidden state (``model.text_global: last_hidden``, the paper; the code
+averages the final forward and backward states, which is what the encoder's last hidden state is here).
 Training-time augmentation (:mod:`xmr.models.augment`, training mode only; defaults = released
 ``--butd_drop_prob 0.2 --caption_drop_prob 0.2``, paper readings as options): each local feature dropped with
 p = 0.2 before the projection (2-D grid positions are dropped with their cells), each inner caption token hit
 with p = 0.2 and then masked (50%), replaced (10%) or deleted (40%).
 Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.set_similarity`).
-Loss: hardest-negative triplet on the smooth-Chamfer matrix (mean reduction, as the code) +
+The global branch alone (``model.set_module: false``, no MMD) is DivE's base: each side l2norm(LN(global)), one
+embedding, whose smooth-Chamfer score is the cosine (tests/test_reductions.py).
+Loss: triplet on the smooth-Chamfer matrix, summed hinges in the first ``loss.warmup_epochs`` (the paper: "In the
+first epoch, triplet loss without mining is used") and the hardest negative after (mean reduction, as the code) +
 0.01 · MMD(all image elements, all caption elements) + 0.01 · diversity (mean over a set's element pairs of
 exp(-2‖x - x'‖²) of the L2-normalised slots before the global feature is added; both modalities).
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from xmr.config import method_schema
@@ -34,7 +39,8 @@ from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
 from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
 from xmr.similarity import set_similarity
 
-SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.")
+# the code scales every non-CNN image parameter and the text SPM (whose LN_g the global-only base keeps as *_global_norm)
+SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.", "image_global_norm.", "text_global_norm.")
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class DivEModel:
     image_pos_enc: str
     text_local: str
     text_global: str
+    set_module: bool
     text_pos_enc: str
     text_pos_length: str
     spm_lr_scale: float
@@ -71,6 +78,7 @@ class DivELoss:
     similarity: str
     alpha: float
     max_violation: bool
+    warmup_epochs: float
     reduction: str
     mmd_weight: float
     mmd_gamma: float
@@ -92,14 +100,23 @@ class DivE(RetrievalModel):
         spm_kw = dict(num_slots=m.num_embeds, iterations=m.iterations, heads=m.heads,
                       dim_head=m.dim_head, ff_mult=m.ff_mult, dropout=m.dropout, pad_mode=m.pad_mode,
                       learnable_slots=m.learnable_slots, update=m.slot_update, add_global=m.add_global)
+        if not m.set_module and not m.add_global:
+            raise XmrError("model.set_module: false leaves the global feature alone, but model.add_global is false: "
+                           "nothing would be embedded; set model.add_global: true")
         self.image_proj = LocalProjection(image_dim, d, m.image_residual_mlp)
         self.image_dropout = nn.Dropout(m.dropout)
-        self.image_spm = SetPredictionModule(d, d, **spm_kw)
+        if m.set_module:
+            self.image_spm = SetPredictionModule(d, d, **spm_kw)
+        else:  # the global branch alone: l2norm(LN(global)), the LN_g of Eq. 5
+            self.image_global_norm = nn.LayerNorm(d)
         self.text = self.build_text_encoder()
         if self.text.out_dim != d:
             raise XmrError(f"text encoder gives {self.text.out_dim}-d outputs, the joint space is {d}-d")
         self.text_dim = text_local_dim(self.text, m.text_local)
-        self.text_spm = SetPredictionModule(self.text_dim, d, **spm_kw)
+        if m.set_module:
+            self.text_spm = SetPredictionModule(self.text_dim, d, **spm_kw)
+        else:
+            self.text_global_norm = nn.LayerNorm(d)
 
     def encode_image(self, feats, num_regions):
         return self.image_outputs(feats, num_regions)["img"]
@@ -120,6 +137,8 @@ class DivE(RetrievalModel):
             feats, num_regions = compact(feats, keep)
         local = self.image_dropout(self.image_proj(feats))
         glob = POOLS[m.image_global_pool](local, num_regions)
+        if not m.set_module:
+            return {"img": F.normalize(self.image_global_norm(glob), dim=-1)[:, None, :]}
         out = self.image_spm(local, num_regions, glob, None if pos is None else pos.to(local.dtype))
         return {"img": out["embeddings"], "image_slots": out["slots"]}
 
@@ -128,6 +147,8 @@ class DivE(RetrievalModel):
         if self.training:
             batch = augment_caption_batch(batch, self.text, m.text_augment, m.text_augment_style)
         glob, local, lengths = text_global_and_local(self.text, batch, m.text_global, m.text_local)
+        if not m.set_module:
+            return {"txt": F.normalize(self.text_global_norm(glob), dim=-1)[:, None, :]}
         pos = None
         if m.text_pos_enc == "sine1d":
             pos = sine_positions_1d(lengths, local.shape[1], self.text_dim, m.text_pos_length).to(local.dtype)
@@ -142,7 +163,8 @@ class DivE(RetrievalModel):
     def _loss(self, img, txt, out, positives, epoch):
         lc = self.loss_settings
         sims = set_similarity(img, txt, lc.similarity, alpha=lc.alpha)
-        ranking = triplet_loss(sims, positives, lc.margin, lc.max_violation, lc.reduction)
+        hardest = lc.max_violation and epoch >= lc.warmup_epochs  # ``epoch`` counts from 0
+        ranking = triplet_loss(sims, positives, lc.margin, hardest, lc.reduction)
         loss, terms = ranking, {"ranking": ranking}
         if lc.mmd_weight > 0:
             mmd = mmd_rbf(img.reshape(-1, img.shape[-1]), txt.reshape(-1, txt.shape[-1]), lc.mmd_gamma)

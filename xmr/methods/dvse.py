@@ -2,7 +2,15 @@
 
 Image: K sub-embeddings v^k = l2norm(LN(h_V(z) + s(W¹ att^k(z) z))) from a PIE-Net head (multi-head
 self-attention + residual global embedding + LayerNorm; :mod:`xmr.models.set_heads`). Caption: one embedding
-t = l2norm(LN(h_T(z_t) + s(W³ att_T(z_t) z_t))) (a one-head PIE-Net). Dynamic mask (Eq. 3):
+t = l2norm(LN(h_T(z_t) + s(W³ att_T(z_t) z_t))) (a one-head PIE-Net).
+
+The global branch h_V, h_T (the base the sub-embeddings are residuals of), ``model.image_projection``:
+``per_region`` (the method file's reading, after the paper's "pooling operation h_V" citing GPO and its Table V
+row 5 ≈ VSE∞): VSE∞'s encoders, each region projected (FC + ``residual_mlp``) then pooled by ``image_pool``
+(``gpo``), the caption's outputs pooled by ``text_pool`` (``gpo``), with the same modules as VSE∞ built in the
+same order, so that with one embedding, no LayerNorm (``layer_norm: none``), no caption residual
+(``text_residual: false``) and VSE∞'s loss DVSE *is* VSE∞, weight for weight. ``pooled_fc``: PVSE's heads,
+h_V = FC(pool(z)) (the PVSE reading; with K = 1 DVSE is PVSE). Dynamic mask (Eq. 3):
 m = round(sigmoid(mean_r(W² z_r))) ∈ {0,1}^K from a frozen random projection W² (K × F), all ones if empty.
 
 Loss (Eq. 12): η · L_var + (1 − η) · L_dc, η = 0.6, with L_var the variance-aware weighting loss
@@ -43,8 +51,18 @@ from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
-from xmr.models.set_heads import POOLS, PIEImageHead, PIETextHead
+from xmr.models.augment import augment_caption_batch, drop_regions
+from xmr.models.image import LocalProjection
+from xmr.models.pooler import Pooler
+from xmr.models.pooling import POOLS
+from xmr.models.set_heads import PIEImageHead, PIENet, PIETextHead, text_global_and_local, text_local_dim
 from xmr.similarity import set_similarity
+
+
+#: h_V's projection (``model.image_projection``) and poolings (``model.image_pool``, ``model.text_pool``)
+IMAGE_PROJECTIONS = ("pooled_fc", "per_region")
+IMAGE_POOLS = ("mean", "max", "gpo")
+TEXT_POOLS = (*POOLS, "gpo")
 
 
 def _mean_abs_offdiag_cos(x: torch.Tensor) -> torch.Tensor:
@@ -82,6 +100,12 @@ class DVSEModel:
     dynamic_mask: dict
     layer_norm: str
     residual_scale: float
+    image_projection: str
+    residual_mlp: bool
+    gpo: dict
+    text_residual: bool
+    size_augment: dict
+    text_augment: float
 
 
 @dataclass(frozen=True)
@@ -113,17 +137,10 @@ class DVSE(RetrievalModel):
         if self.mask_enabled and self.mask_mode == "drop_terms" and self.scoring.similarity != "max":
             raise XmrError(f"eval.similarity: {self.scoring.similarity!r} with model.dynamic_mask.mode "
                            f"drop_terms; masked sub-embeddings are left out of a max only: set eval.similarity: max")
-        if m.attention:
-            self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m.attention_hidden,
-                                           m.activation, m.dropout, m.image_pool, m.layer_norm,
-                                           m.residual_scale)
-        else:  # w/o SE, "global only" reading: LN(h_V(z))
-            self.image_global = nn.Linear(image_dim, self.embed_dim)
-            self.image_norm = nn.LayerNorm(self.embed_dim)
-            self.image_pool = POOLS[m.image_pool]
-        self.text = self.build_text_encoder()
-        self.text_head = PIETextHead(self.text, self.embed_dim, 1, m.attention_hidden, m.activation,
-                                     m.dropout, m.text_pool, m.text_attention_input)
+        if m.image_projection == "per_region":
+            self._build_vse_infinity_branch(image_dim)
+        else:
+            self._build_pvse_heads(image_dim)
         # W² of Eq. 3: a fixed random projection (a buffer: saved with the model, never trained)
         gen = torch.Generator().manual_seed(mask_cfg["seed"])
         bound = (6.0 / (self.num_embeds + image_dim)) ** 0.5  # xavier-uniform range
@@ -131,6 +148,54 @@ class DVSE(RetrievalModel):
                              * bound)
         self.register_buffer("mask_feature_mean", torch.zeros(image_dim))
         self.register_buffer("mask_mean_ready", torch.zeros((), dtype=torch.bool))
+
+    def _build_pvse_heads(self, image_dim: int) -> None:
+        """``image_projection: pooled_fc``: PVSE's heads, built in PVSE's order (with K = 1, PVSE's weights)."""
+        m = self.model_settings
+        if m.image_pool not in ("mean", "max") or m.text_pool == "gpo":
+            raise XmrError(f"model.image_pool {m.image_pool!r} / model.text_pool {m.text_pool!r}: gpo pools "
+                           f"projected regions (VSE∞); set model.image_projection: per_region")
+        if m.attention:
+            self.image_head = PIEImageHead(image_dim, self.embed_dim, self.num_embeds, m.attention_hidden,
+                                           m.activation, m.dropout, m.image_pool, m.layer_norm,
+                                           m.residual_scale)
+        else:  # w/o SE, "global only" reading: LN(h_V(z))
+            self.image_global = nn.Linear(image_dim, self.embed_dim)
+            self.image_norm = self._layer_norm()
+            self.image_pool = POOLS[m.image_pool]
+        self.text = self.build_text_encoder()
+        if m.text_residual:
+            self.text_head = PIETextHead(self.text, self.embed_dim, 1, m.attention_hidden, m.activation,
+                                         m.dropout, m.text_pool, m.text_attention_input, self._text_norm())
+        else:
+            self.text_norm = self._layer_norm()
+
+    def _build_vse_infinity_branch(self, image_dim: int) -> None:
+        """``image_projection: per_region``: VSE∞'s encoders in VSE∞'s order (projection, image pooling, text
+        encoder, text pooling), then the sub-embedding heads, which read the raw local features."""
+        m, d = self.model_settings, self.embed_dim
+        self.image_proj = LocalProjection(image_dim, d, m.residual_mlp)
+        self.image_pool = Pooler(m.image_pool, d, gpo=m.gpo, where="model.image_pool")
+        self.text = self.build_text_encoder()
+        self.text_pool = Pooler(m.text_pool, d, gpo=m.gpo, where="model.text_pool")
+        if m.attention:
+            self.image_pie = PIENet(self.num_embeds, image_dim, d, m.attention_hidden, m.activation, m.dropout,
+                                    norm=m.layer_norm, residual_scale=m.residual_scale)
+        else:
+            self.image_norm = self._layer_norm()
+        if m.text_residual:
+            self.text_pie = PIENet(1, text_local_dim(self.text, m.text_attention_input), d, m.attention_hidden,
+                                   m.activation, m.dropout, norm=self._text_norm())
+        else:
+            self.text_norm = self._layer_norm()
+
+    def _text_norm(self) -> str:
+        """The caption's LN(h_T + t̂) (the formula; ``per_term`` reads the image side only), or none."""
+        return "none" if self.model_settings.layer_norm == "none" else "sum"
+
+    def _layer_norm(self) -> nn.Module:
+        """The LayerNorm of a global branch without its residual (none: ``model.layer_norm: none``)."""
+        return nn.Identity() if self.model_settings.layer_norm == "none" else nn.LayerNorm(self.embed_dim)
 
     # -- dynamic mask ---------------------------------------------------------------------------------
     def dynamic_mask(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
@@ -156,13 +221,23 @@ class DVSE(RetrievalModel):
     def image_outputs(self, feats, num_regions):
         """``img`` (B, K, D), the residuals v̂ (``image_residuals``) and the dynamic ``mask`` (B, K) (None
         without attention / without the mask)."""
-        if not self.model_settings.attention:
+        m = self.model_settings
+        if self.training and m.size_augment["mode"] != "none":
+            feats, num_regions = drop_regions(feats, num_regions, **m.size_augment)
+        if m.image_projection == "per_region":
+            g = self.image_pool(self.image_proj(feats), num_regions)
+        elif not m.attention:
             g = self.image_global(self.image_pool(feats, num_regions))
+        if not m.attention:  # w/o SE, "global only": LN(h_V(z))
             return {"img": F.normalize(self.image_norm(g), dim=-1)[:, None, :], "image_residuals": None,
                     "mask": None}
         mask = self.dynamic_mask(feats, num_regions) if self.mask_enabled else None
         gate = mask if self.mask_enabled and self.mask_mode == "gate" else None
-        out = self.image_head(feats, num_regions, gate)
+        if m.image_projection == "per_region":
+            out = self.image_pie(g, feats, num_regions, gate)
+            out["embeddings"], out["global"] = F.normalize(out["embeddings"], dim=-1), g
+        else:
+            out = self.image_head(feats, num_regions, gate)
         emb = out["embeddings"]
         if mask is not None and self.mask_mode == "drop_terms" and not self.training:
             # test time: a masked slot is replaced by the image's first active one, so max over all K slots
@@ -176,7 +251,20 @@ class DVSE(RetrievalModel):
         return self.image_outputs(feats, num_regions)["img"]
 
     def encode_text(self, batch):
-        return self.text_head(self.text, batch)["embeddings"][:, 0]
+        m = self.model_settings
+        if self.training and m.text_augment > 0:
+            batch = augment_caption_batch(batch, self.text, m.text_augment)
+        if m.image_projection != "per_region":
+            if m.text_residual:
+                return self.text_head(self.text, batch)["embeddings"][:, 0]
+            g, _, _ = text_global_and_local(self.text, batch, m.text_pool)
+            return F.normalize(self.text_norm(g), dim=-1)
+        h, lengths = self.text(batch)
+        g = self.text_pool(h, lengths)
+        if not m.text_residual:
+            return F.normalize(self.text_norm(g), dim=-1)
+        local = h if m.text_attention_input == "hidden" else self.text.embed(batch["ids"])
+        return F.normalize(self.text_pie(g, local, lengths)["embeddings"][:, 0], dim=-1)
 
     # -- loss -----------------------------------------------------------------------------------------
     def compute_loss(self, out, positives, epoch):
@@ -191,7 +279,8 @@ class DVSE(RetrievalModel):
         terms: dict[str, torch.Tensor] = {}
         hardest = epoch >= lc.warmup_epochs  # ``epoch`` counts from 0 (fractional within an epoch)
         if lc.ranking == "triplet_set":
-            sims = set_similarity(img, txt, self.eval_similarity, alpha=self.scoring.alpha)
+            # the embeddings are unit vectors already: not normalised twice (with K = 1 this is VSE∞'s img @ txt.T)
+            sims = set_similarity(img, txt, self.eval_similarity, alpha=self.scoring.alpha, normalize=False)
             l_rank = triplet_loss(sims, positives, lc.margin, hardest, lc.reduction)
         else:
             sims = torch.einsum("bkd,cd->bkc", img, txt)  # S(v_i^k, t_j), (B, K, B)

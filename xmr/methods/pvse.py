@@ -88,7 +88,8 @@ class PVSE(RetrievalModel):
 
     def _loss(self, img, txt, out, positives, epoch):
         lc = self.loss_settings
-        sims = set_similarity(img, txt, lc.similarity, alpha=self.scoring.alpha)
+        # the heads' embeddings are unit vectors already: not normalised twice
+        sims = set_similarity(img, txt, lc.similarity, alpha=self.scoring.alpha, normalize=False)
         hardest = lc.max_violation and epoch >= lc.warmup_epochs  # ``epoch`` counts from 0
         ranking = triplet_loss(sims, positives, lc.margin, hardest, lc.reduction)
         terms = {"ranking": ranking}

@@ -13,36 +13,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from xmr.config import method_schema
 from xmr.losses.adaptive_objective import adopt_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
-from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
 from xmr.models.augment import augment_caption_batch, drop_regions
-from xmr.models.gpo import GPO
 from xmr.models.image import LocalProjection
-from xmr.models.pooling import max_pool, mean_pool
-
-
-class Pool(nn.Module):
-    """One modality's pooling: ADPOOL or an ablation baseline (mean, max, K-max, GPO)."""
-
-    def __init__(self, kind: str, dim: int, m: "VSE2ADModel") -> None:
-        super().__init__()
-        self.kind, self.k = kind, m.kmax_k
-        self.adpool = AdaptivePool(dim, **m.adpool) if kind == "adpool" else None
-        self.gpo = GPO(**m.gpo) if kind == "gpo" else None
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if self.adpool is not None:
-            return self.adpool(x, lengths)
-        if self.gpo is not None:
-            return self.gpo(x, lengths)
-        if self.kind == "kmax":
-            return kmax_pool(x, lengths, self.k)
-        return mean_pool(x, lengths) if self.kind == "mean" else max_pool(x, lengths)
+from xmr.models.pooler import Pooler
 
 
 @dataclass(frozen=True)
@@ -86,9 +63,10 @@ class VSE2AD(RetrievalModel):
         super().__init__(settings, image_dim, vocab_words)
         m = self.model_settings
         self.image_proj = LocalProjection(image_dim, self.embed_dim, m.residual_mlp)
-        self.image_pool = Pool(m.image_pool, self.embed_dim, m)
+        pool = dict(gpo=m.gpo, adpool=m.adpool, kmax_k=m.kmax_k)
+        self.image_pool = Pooler(m.image_pool, self.embed_dim, **pool, where="model.image_pool")
         self.text = self.build_text_encoder()
-        self.text_pool = Pool(m.text_pool, self.embed_dim, m)
+        self.text_pool = Pooler(m.text_pool, self.embed_dim, **pool, where="model.text_pool")
 
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         if self.training:

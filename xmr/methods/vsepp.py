@@ -10,9 +10,9 @@ from xmr.config import method_schema
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.image import LocalProjection
-from xmr.models.pooling import last_pool, max_pool, mean_pool
+from xmr.models.pooling import POOLS as _POOLS
 
-POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool}  # last: the released code's GRU read (text)
+POOLS = {k: _POOLS[k] for k in ("mean", "max", "last")}  # last: the released code's GRU read (text)
 
 
 @dataclass(frozen=True)

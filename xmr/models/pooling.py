@@ -21,9 +21,21 @@ def max_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The state at the last valid position (VSE++'s one-directional GRU read at the caption's last token)."""
+    """The state at the last valid position (VSE++'s one-directional GRU read at the caption's last token; PVSE's
+    sentence embedding)."""
     index = (lengths.long() - 1).clamp(min=0).to(x.device)
     return x[torch.arange(x.shape[0], device=x.device), index]
+
+
+def final_states_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The final states of a BiGRU whose two directions are concatenated (``text.bigru_directions: concat``): the
+    forward half at the last valid position, the backward half at position 0 (PVSE without ``--legacy``)."""
+    half = x.shape[-1] // 2
+    return torch.cat([last_pool(x[..., :half], lengths), x[:, 0, half:]], dim=-1)
+
+
+#: the parameter-free poolings of token or region outputs, by the name configs use
+POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool, "final": final_states_pool}
 
 
 #: l2-normalisation conventions (``model.l2_norm``): ``clamp`` = ``x / max(‖x‖, 1e-12)`` (torch's F.normalize,

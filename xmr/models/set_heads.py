@@ -22,27 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmr.errors import XmrError
-from xmr.models.pooling import length_mask, max_pool, mean_pool
+from xmr.models.pooling import POOLS, final_states_pool, last_pool, length_mask
 
 ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu, "tanh": torch.tanh}
-#: where PIE-Net's LayerNorm sits: ``sum`` LN(g + v̂) (PVSE, DVSE's formula), ``per_term`` LN(g) + LN(v̂)
-NORM_POSITIONS = ("sum", "per_term")
-
-
-def last_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The feature at the last valid position of each sequence (PVSE's sentence embedding)."""
-    idx = (lengths.long() - 1).clamp(min=0)
-    return x[torch.arange(x.shape[0], device=x.device), idx]
-
-
-def final_states_pool(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """The final states of a BiGRU whose two directions are concatenated (``text.bigru_directions: concat``): the
-    forward half at the last valid position, the backward half at position 0 (PVSE without ``--legacy``)."""
-    half = x.shape[-1] // 2
-    return torch.cat([last_pool(x[..., :half], lengths), x[:, 0, half:]], dim=-1)
-
-
-POOLS = {"mean": mean_pool, "max": max_pool, "last": last_pool, "final": final_states_pool}
+#: where PIE-Net's LayerNorm sits: ``sum`` LN(g + v̂) (PVSE, DVSE's formula), ``per_term`` LN(g) + LN(v̂), ``none``
+#: g + v̂ without a LayerNorm (VSE∞'s global branch has none: DVSE reduced to its base)
+NORM_POSITIONS = ("sum", "per_term", "none")
+#: the caption's global feature read from the text encoder's last hidden state, not pooled from its outputs
+LAST_HIDDEN = "last_hidden"
+#: what :func:`text_global_and_local` can take as a caption's global feature
+TEXT_GLOBALS = (*POOLS, LAST_HIDDEN)
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -83,7 +72,7 @@ class PIENet(nn.Module):
         nn.init.zeros_(self.fc.bias)
         self.activation = ACTIVATIONS[activation]
         self.dropout = nn.Dropout(dropout)
-        self.layer_norm = nn.LayerNorm(embed_dim) if layer_norm else nn.Identity()
+        self.layer_norm = nn.LayerNorm(embed_dim) if layer_norm and norm != "none" else nn.Identity()
         if norm == "per_term":  # a second LayerNorm for the residuals; the first one then normalises g alone
             self.residual_norm = nn.LayerNorm(embed_dim)
 
@@ -107,14 +96,21 @@ def text_global_and_local(text_encoder: nn.Module, batch: dict[str, torch.Tensor
     """(global (B, D), local (B, T, F), lengths) from a text encoder's batch.
 
     ``pool``: how the global sentence vector is taken from the encoder's token outputs (``mean``, ``max``,
-    ``last`` = output at the last word, PVSE). ``local``: what the attention heads read: ``hidden`` (the
-    encoder's token outputs, the DVSE formula's z_t) or ``words`` (the BiGRU's word embeddings, as PVSE and
+    ``last`` = output at the last word, PVSE; ``final``: see :func:`final_states_pool`) or from the encoder itself
+    (``last_hidden``: the BiGRU's last hidden state, DivE). ``local``: what the attention heads read: ``hidden``
+    (the encoder's token outputs, the DVSE formula's z_t) or ``words`` (the BiGRU's word embeddings, as PVSE and
     DivE's code do; BiGRU only).
     """
-    if pool not in POOLS:
-        raise XmrError(f"model.text_pool: {pool!r} is not one of {', '.join(POOLS)}")
-    h, lengths = text_encoder(batch)
-    glob = POOLS[pool](h, lengths)
+    if pool == LAST_HIDDEN:
+        if not hasattr(text_encoder, "encode_with_last_hidden"):
+            raise XmrError(f"model.text_pool: {LAST_HIDDEN} needs the bigru text encoder (a GRU's last hidden "
+                           f"state); use mean or max with other encoders")
+        h, lengths, glob = text_encoder.encode_with_last_hidden(batch)
+    elif pool in POOLS:
+        h, lengths = text_encoder(batch)
+        glob = POOLS[pool](h, lengths)
+    else:
+        raise XmrError(f"model.text_pool: {pool!r} is not one of {', '.join(TEXT_GLOBALS)}")
     if local == "hidden":
         return glob, h, lengths
     if local == "words":
@@ -169,13 +165,13 @@ class PIETextHead(nn.Module):
 
     def __init__(self, text_encoder: nn.Module, embed_dim: int, num_embeds: int, hidden_dim: int | None = None,
                  activation: str = "sigmoid", dropout: float = 0.0, pool: str = "mean",
-                 local: str = "hidden") -> None:
+                 local: str = "hidden", norm: str = "sum") -> None:
         super().__init__()
         if text_encoder.out_dim != embed_dim:
             raise XmrError(f"text encoder gives {text_encoder.out_dim}-d outputs, the joint space is {embed_dim}-d")
         self.pool_name, self.local = pool, local
         self.pie = PIENet(num_embeds, text_local_dim(text_encoder, local), embed_dim, hidden_dim, activation,
-                          dropout)
+                          dropout, norm=norm)
 
     def forward(self, text_encoder: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         g, local, lengths = text_global_and_local(text_encoder, batch, self.pool_name, self.local)
@@ -184,5 +180,5 @@ class PIETextHead(nn.Module):
         return out
 
 
-__all__ = ["MultiHeadSelfAttention", "NORM_POSITIONS", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "final_states_pool", "last_pool",
+__all__ = ["LAST_HIDDEN", "MultiHeadSelfAttention", "NORM_POSITIONS", "TEXT_GLOBALS", "PIENet", "PIEImageHead", "PIETextHead", "POOLS", "final_states_pool", "last_pool",
            "text_global_and_local", "text_local_dim"]

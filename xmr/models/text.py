@@ -68,13 +68,28 @@ class BiGRUEncoder(TextEncoder):
         return {"ids": out, "lengths": lengths}
 
     def forward(self, batch):
+        h, lengths, _ = self.encode_with_last_hidden(batch)
+        return h, lengths
+
+    def encode_with_last_hidden(self, batch: dict[str, torch.Tensor]
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward``'s (outputs, lengths) and the GRU's last hidden state (B, D): the top layer's final forward
+        state (after the last word) and final backward state (after the first word), combined as the outputs
+        are (``bigru_directions``: averaged, concatenated; one direction: its final state). DivE's global
+        caption feature ("the last hidden state"; its code averages the two final states)."""
         x = self.embed(batch["ids"])
         lengths = batch["lengths"]
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        h, _ = pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=x.shape[1])
+        out, last = self.rnn(packed)  # last: (layers x directions, B, H), in the batch's own order
+        h, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        if self.rnn.bidirectional:
+            fwd, bwd = last[-2], last[-1]
+            last = torch.cat([fwd, bwd], dim=-1) if self.concat else (fwd + bwd) / 2
+        else:
+            last = last[-1]
         if self.average:
             h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
-        return h, lengths.to(h.device)
+        return h, lengths.to(h.device), last
 
 
 def resolve_bert_path(spec: str | None) -> str:

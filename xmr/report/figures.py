@@ -246,8 +246,8 @@ def image_attention(model, feats, num_regions) -> tuple[np.ndarray, np.ndarray |
         out = model.image_outputs(feats, num_regions)
         attn = out.get("image_attention")
         if attn is None:
-            head = getattr(model, "image_head", None)
-            pie = getattr(head, "pie", None)
+            # DVSE on its VSE∞ base holds its PIE-Net as image_pie; PVSE (and DVSE's PVSE reading) in image_head
+            pie = getattr(model, "image_pie", None) or getattr(getattr(model, "image_head", None), "pie", None)
             if pie is None:
                 raise XmrError(f"method {model.method_name!r} exposes no per-sub-embedding attention (needs "
                                f"PIE-Net image heads, or image_attention in its image_outputs)")
