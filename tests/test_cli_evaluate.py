@@ -227,7 +227,8 @@ def test_numpy_coco1k_folds_rank_as_tensor_folds():
 
 def test_compute_similarity_numpy_in_numpy_out():
     """NumPy inputs give a NumPy matrix (cosine/max/mean in NumPy, the other measures through torch), equal to the
-    tensor path to float32 rounding of the normalisation: |difference| <= 2 ulp of 1."""
+    tensor path to float32 rounding: |difference| <= 2 ulp of 1 plus 4 ulp of the value (log_match_prob's values
+    reach -40, where one ulp is 4e-6; the BLAS kernels a CPU picks round such sums differently)."""
     import torch
 
     from xmr.similarity import compute_similarity
@@ -240,7 +241,8 @@ def test_compute_similarity_numpy_in_numpy_out():
         got = compute_similarity(x, caps, measure, chunk_size=2, block_bytes=256)
         ref = compute_similarity(torch.from_numpy(x), torch.from_numpy(caps), measure).numpy()
         assert isinstance(got, np.ndarray) and got.dtype == np.float32 and got.shape == (7, 9)
-        np.testing.assert_allclose(got, ref, rtol=0, atol=2 * np.finfo(np.float32).eps, err_msg=measure)
+        eps = np.finfo(np.float32).eps
+        np.testing.assert_allclose(got, ref, rtol=4 * eps, atol=2 * eps, err_msg=measure)
     assert isinstance(compute_similarity(imgs, caps, "max", device="cpu"), np.ndarray)
     t = compute_similarity(torch.from_numpy(imgs), caps, "max")
     assert isinstance(t, torch.Tensor)  # a tensor in: a tensor out

@@ -144,6 +144,39 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
     return bench
 
 
+#: what "trained alike" means for two sides of a claim: the batch, the masking of in-batch positives and the stopping
+#: rule (its schedule and its patience); learning rates, losses and warm-ups are each method's own
+TRAINED_ALIKE = ("train.batch_size", "train.mask_same_image", "train.epochs", "train.early_stopping.enabled",
+                 "train.early_stopping.patience", "train.early_stopping.min_delta", "train.early_stopping.max_epochs",
+                 "optim.schedule.name", "optim.schedule.plateau_drops", "optim.schedule.gamma")
+
+
+def _get(cfg: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, dict) else None
+    return cfg
+
+
+def training_differences(bench: Benchmark, variant_a: str, variant_b: str) -> list[str]:
+    """The :data:`TRAINED_ALIKE` settings on which two variants' runs differ (``key (a vs b)``), seed aside."""
+    seed = bench.seeds[0]
+    a, b = bench.run_config(variant_a, seed), bench.run_config(variant_b, seed)
+    return [f"{k} ({_get(a, k)} vs {_get(b, k)})" for k in TRAINED_ALIKE if _get(a, k) != _get(b, k)]
+
+
+def check_trained_alike(bench: Benchmark) -> None:
+    """Every claim between two different variants compares runs trained alike (:data:`TRAINED_ALIKE`), or says in
+    its ``differs`` what differs; a one-line error otherwise."""
+    for i, c in enumerate(bench.claims):
+        (bv, _), (wv, _) = _side(c["better"]), _side(c["worse"])
+        if bv == wv or c.get("differs"):
+            continue
+        diffs = training_differences(bench, bv, wv)
+        if diffs:
+            raise XmrError(f"{bench.path}: claims[{i}] ({c['claim']}): `{bv}` and `{wv}` train differently: "
+                           f"{'; '.join(diffs)}; make them equal, or say what differs in the claim's `differs:`")
+
+
 def _side(spec: str) -> tuple[str, str]:
     variant, _, rerank = spec.partition(":")
     return variant, rerank or PLAIN
@@ -246,8 +279,8 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
               f"entropy* = entropy of which sub-embedding scores each positive pair highest, over log2 K (1 = all "
               f"used alike, 0 = one))\n\n")
     top1_heads = " | ".join(f"top-1 B {b}" for b in IN_BATCH)
-    out.write(f"| variant | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | margin | "
-              f"{top1_heads} | set corr. | slot entropy | collapsed |\n|---|---|---|---|---|---|---|---|"
+    out.write(f"| variant | batch | epochs trained | best epoch | ended by | s / epoch | min / run | test sim. std | "
+              f"margin | {top1_heads} | set corr. | slot entropy | collapsed |\n|---|---|---|---|---|---|---|---|---|"
               + "---|" * len(IN_BATCH) + "---|---|---|\n")
     for v in bench.variants:
         recs = [r for r in training if r["variant"] == v]
@@ -274,7 +307,8 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
                           for b in IN_BATCH)
         corr = _pm(*mean_std(r.get("correlation", float("nan")) for r in recs), 3)
         entropy = _pm(*mean_std(r.get("slot_entropy", float("nan")) for r in recs), 2)
-        out.write(f"| {v} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | {per_run} | "
+        batch = bench.run_config(v, bench.seeds[0])["train"]["batch_size"]
+        out.write(f"| {v} | {batch} | {span('epochs_trained')} | {span('best_epoch')} | {ended} | {sec} | {per_run} | "
                   f"{_pm(std_m, std_s, 4)} | {_pm(mar_m, mar_s, 4)} | {top1} | {corr} | {entropy} | "
                   f"{f'⚠ {n_col} of {len(recs)}' if n_col else 'no'} |\n")
     out.write("\n")
@@ -308,7 +342,7 @@ def verdict(diff: float, p_adjusted: float, alpha: float = ALPHA) -> str:
 def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict:
     nan = float("nan")
     return {"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"], "subset": subset,
-            "metric": metric, "better_mean": nan, "better_std": nan, "worse_mean": nan, "worse_std": nan, "diff": nan,
+            "differs": c.get("differs", ""), "metric": metric, "better_mean": nan, "better_std": nan, "worse_mean": nan, "worse_std": nan, "diff": nan,
             "se": nan, "n": 0, "t": nan, "df": nan, "p": nan, "paired": paired, "verdict": why}
 
 
@@ -335,7 +369,7 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
         cmp = compare(w, b, paired=bv == wv) if metric in LOWER_IS_BETTER else compare(b, w, paired=bv == wv)
         (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
         rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
-                     "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
+                     "subset": subset, "differs": c.get("differs", ""), "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
                      "worse_std": ws, **cmp, "paired": bv == wv})
     for row, p_adj in zip(rows, holm([r["p"] for r in rows])):
         row["p_holm"] = p_adj
@@ -465,7 +499,7 @@ def training_part(bench: Benchmark, training: list[dict], times: dict, missing: 
 def claims_markdown(claims: list[dict], n_seeds: int) -> str:
     out = io.StringIO()
     out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | t (df) | "
-              "p | p (Holm) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+              "p | p (Holm) | verdict | trained alike |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for c in claims:
         metric = "" if c["metric"] == "rsum" else \
             f" ({c['metric']}{', lower is better' if c['metric'] in LOWER_IS_BETTER else ''})"
@@ -475,7 +509,8 @@ def claims_markdown(claims: list[dict], n_seeds: int) -> str:
         t = "–" if not math.isfinite(c.get("df", float("nan"))) else f"{c['t']:+.2f} ({c['df']:.1f})"
         out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
                   f"{_pm(c['better_mean'], c['better_std'], dg)} | {_pm(c['worse_mean'], c['worse_std'], dg)} | "
-                  f"{diff} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | **{c['verdict']}** |\n")
+                  f"{diff} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | **{c['verdict']}** | "
+                  f"{'same models' if c['paired'] else c.get('differs') or 'yes'} |\n")
     tested = [c for c in claims if math.isfinite(c.get("p", float("nan")))]
     raw = sum(c["p"] < ALPHA for c in tested)
     out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference. Each claim is a two-sided "
@@ -484,7 +519,9 @@ def claims_markdown(claims: list[dict], n_seeds: int) -> str:
               f"direction (claimed worse − claimed better for a lower-is-better metric). The {len(tested)} p values are adjusted together by "
               f"Holm's step-down rule; *holds* / *does not hold*: Holm-adjusted p < {ALPHA} with the difference "
               f"positive / negative; else *inconclusive*. Unadjusted, {raw} of {len(tested)} would pass "
-              f"p < {ALPHA}; by chance alone about {ALPHA * len(tested):.1f} would.\n")
+              f"p < {ALPHA}; by chance alone about {ALPHA * len(tested):.1f} would. *Trained alike*: both sides "
+              f"train with the same batch size, masking and stopping rule (`xmr.benchmark.TRAINED_ALIKE`), or the "
+              f"row says what differs.\n")
     return out.getvalue()
 
 
@@ -535,6 +572,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     (atomically) and return their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
+    check_trained_alike(bench)
     out = Path(out_dir or results_dir(bench.dataset, results_root))
     out.mkdir(parents=True, exist_ok=True)
     records = gather(bench, results_root, strict)
