@@ -11,6 +11,8 @@ import yaml
 from xmr.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
 from xmr.errors import XmrError
 
+from conftest import REPO
+
 
 def test_mean_std_uses_the_sample_standard_deviation():
     assert mean_std([10, 12, 14]) == (12.0, 2.0)  # deviations -2, 0, 2: sqrt(8 / 2)
@@ -76,8 +78,15 @@ def result(rsum_all: float, rsum_amb: float) -> dict:
 def bench_dir(tmp_path):
     cfg = tmp_path / "config"
     (cfg / "recipes" / "toy").mkdir(parents=True)
-    for r in ("a", "b"):
-        (cfg / "recipes" / "toy" / f"{r}.yaml").write_text("method: vsepp\n")
+    (cfg / "datasets").mkdir()
+    toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
+    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))  # never generated
+    (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
+    (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
+    for r in ("a", "b"):  # recipes that resolve to run configs (the claims' sides are checked for training alike)
+        (cfg / "recipes" / "toy" / f"{r}.yaml").write_text(
+            f"extends: {REPO / 'config' / 'methods' / 'vsepp.yaml'}\ndataset: toy\n"
+            "features: {backbone: efficientnet_lite0_128}\nmodel: {embed_dim: 8}\ntrain: {batch_size: 32}\n")
     (cfg / "benchmark").mkdir()
     doc = {"name": "bench", "dataset": "toy", "seeds": [0, 1, 2], "rerank": ["none", "fr"],
            "variants": {"a": {"recipe": "a"}, "b": {"recipe": "b", "set": {"model.embed_dim": 8}}},
@@ -191,9 +200,9 @@ def test_training_table_flags_collapsed_runs_and_curves_are_drawn(bench_dir):
     # std 0.1200 ± 0.0000, in-batch top-1 1 at B 32 (every positive first), none at B 128 (only 40 images),
     # not collapsed; b: all three below 0.01, no scored matrix
     # (no set statistics in these files: the set columns show –)
-    row_a = ("| a | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | "
+    row_a = ("| a | 32 | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.1200 ± 0.0000 | 0.1000 ± 0.0000 | "
              "1.00 ± 0.00 | – | – | – | no |")
-    row_b = ("| b | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | – | – | "
+    row_b = ("| b | 32 | 10–12 | 4–6 | cap ×1, plateau ×2 | 100 | 18.3 | 0.0040 ± 0.0000 | 0.0010 ± 0.0000 | – | – | "
              "– | – | ⚠ 3 of 3 |")
     assert row_a in md and row_b in md
     # the short part (README): the same table and the time line, none of the recall tables
@@ -256,3 +265,54 @@ def test_a_benchmark_of_plain_evaluation_only_reads_plain_results_files(bench_di
     paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     c = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}["a beats b"]
     assert (c["better_mean"], c["worse_mean"], c["diff"]) == pytest.approx((302, 291, 11))  # as with by_rerank
+
+
+def test_a_claim_between_runs_trained_differently_is_refused_unless_its_row_says_so(bench_dir):
+    """Two sides of a claim train with the same batch, masking and stopping rule (TRAINED_ALIKE), or the claim's
+    `differs` says what differs, and the claims table shows it in the row."""
+    path = bench_dir / "config" / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["variants"]["b"]["set"]["train.batch_size"] = 128
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"claims\[0\] \(a beats b\): `a` and `b` train differently: "
+                                       r"train\.batch_size \(32 vs 128\); make them equal, or say what differs"):
+        write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    for i in (0, 2):
+        doc["claims"][i]["differs"] = "b at batch 128 (its paper's)"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    paths = write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in paths["claims_md"].read_text().splitlines()}
+    assert rows["a beats b"].endswith("| b at batch 128 (its paper's) |")
+    assert rows["FR helps a"].endswith("| same models |")  # a re-ranker against plain: the same runs
+    assert "| 128 |" in paths["training_md"].read_text()  # the training table's batch column
+
+
+def test_the_shipped_benchmarks_compare_runs_trained_alike():
+    from xmr.benchmark import benchmark_names, check_trained_alike
+
+    for name in benchmark_names():
+        check_trained_alike(load_benchmark(name))  # raises on a claim whose sides train differently
+    bench = load_benchmark("benchmark")
+    assert {bench.run_config(v, 0)["train"]["batch_size"] for v in bench.variants} == {32}
+
+
+def test_runs_from_reuses_the_runs_of_same_named_variants(bench_dir):
+    cfg = bench_dir / "config" / "benchmark"
+    doc = {"name": "sets", "dataset": "toy", "seeds": [0, 1], "rerank": ["none"], "runs_from": "bench",
+           "variants": {"a": {"recipe": "a"}, "c": {"recipe": "a", "set": {"model.embed_dim": 16}}}}
+    (cfg / "sets.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    sets = load_benchmark(cfg / "sets.yaml")
+    assert sets.shared == {"a"}
+    assert str(sets.run_dir("a", 1)) == "runs/toy/bench/bench/a/s1"  # bench's run, trained once
+    assert str(sets.run_dir("c", 1)) == "runs/toy/bench/sets/c/s1"
+    assert str(sets.result_path("a", 0)).endswith("results/toy/bench/bench/a/s0.json")
+    doc["variants"]["b"] = {"recipe": "b"}  # bench's b sets model.embed_dim: 8
+    (cfg / "sets.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"runs_from: bench: variants\.b has the name of bench's variant but not its "
+                                       r"recipe and overrides"):
+        load_benchmark(cfg / "sets.yaml")
+    doc["variants"].pop("b")
+    doc["seeds"] = [0, 5]
+    (cfg / "sets.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"its seeds \[0, 1, 2\] and re-rankers .* must include this file's"):
+        load_benchmark(cfg / "sets.yaml")

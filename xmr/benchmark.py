@@ -54,6 +54,8 @@ class Benchmark:
     claims: list[dict[str, Any]] = field(default_factory=list)
     config_dir: Path = Path("config")
     degenerate_std: float = 0.01  # test similarities with a smaller std: a collapsed run, flagged in the tables
+    runs_from: str | None = None  # another benchmark whose runs the same-named, same-defined variants reuse
+    shared: frozenset = frozenset()  # those variants (set by load_benchmark)
 
     def check_variant(self, variant: str) -> None:
         if variant not in self.variants:
@@ -64,8 +66,9 @@ class Benchmark:
         return self.config_dir / "recipes" / self.dataset / f"{self.variants[variant]['recipe']}.yaml"
 
     def run_key(self, variant: str, seed: int) -> RunKey:
+        """The run of (variant, seed): this benchmark's own, or ``runs_from``'s for a shared variant."""
         self.check_variant(variant)
-        return RunKey.benchmark(self.dataset, self.name, variant, seed)
+        return RunKey.benchmark(self.dataset, self.runs_from if variant in self.shared else self.name, variant, seed)
 
     def run_dir(self, variant: str, seed: int, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
         return self.run_key(variant, seed).run_dir(runs_root)
@@ -130,7 +133,9 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
             raise XmrError(f"{src}: rerank: unknown re-ranker {r!r}; choose from {PLAIN}, {', '.join(known)}")
     bench = Benchmark(doc["name"], path, doc["dataset"], list(doc["seeds"]), list(doc["rerank"]),
                       dict(doc["variants"]), dict(doc.get("overrides") or {}), list(doc.get("claims") or []),
-                      Path(config_dir), float(doc["degenerate_std"]))
+                      Path(config_dir), float(doc["degenerate_std"]), doc.get("runs_from"))
+    if bench.runs_from:
+        bench.shared = _shared_variants(bench, load_benchmark(path.parent / f"{bench.runs_from}.yaml", config_dir))
     for v in bench.variants:
         if not bench.recipe_path(v).exists():
             raise XmrError(f"{src}: variants.{v}.recipe: no recipe {bench.recipe_path(v)}")
@@ -146,12 +151,16 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
 
 #: what "trained alike" means for two sides of a claim: the batch, the masking of in-batch positives and the stopping
 #: rule (its schedule and its patience); learning rates, losses and warm-ups are each method's own
-TRAINED_ALIKE = ("train.batch_size", "train.mask_same_image", "train.epochs", "train.early_stopping.enabled",
-                 "train.early_stopping.patience", "train.early_stopping.min_delta", "train.early_stopping.max_epochs",
-                 "optim.schedule.name", "optim.schedule.plateau_drops", "optim.schedule.gamma")
+TRAINED_ALIKE = ("train.batch_size", "train.mask_same_image", "epoch cap", "train.early_stopping.enabled",
+                 "train.early_stopping.patience", "train.early_stopping.min_delta", "optim.schedule.name",
+                 "optim.schedule.plateau_drops", "optim.schedule.gamma")
 
 
 def _get(cfg: dict, dotted: str) -> Any:
+    if dotted == "epoch cap":  # train.epochs, or the rule's max_epochs when the rule is on
+        from xmr.train.stopping import max_epochs
+
+        return max_epochs(cfg)
     for part in dotted.split("."):
         cfg = cfg.get(part) if isinstance(cfg, dict) else None
     return cfg
@@ -175,6 +184,24 @@ def check_trained_alike(bench: Benchmark) -> None:
         if diffs:
             raise XmrError(f"{bench.path}: claims[{i}] ({c['claim']}): `{bv}` and `{wv}` train differently: "
                            f"{'; '.join(diffs)}; make them equal, or say what differs in the claim's `differs:`")
+
+
+def _shared_variants(bench: Benchmark, source: Benchmark) -> frozenset:
+    """The variants ``bench`` takes from ``source`` (its ``runs_from``): those of the same name, which must be
+    trained the same way (recipe and overrides), for seeds and re-rankers ``source`` has."""
+    src = f"{bench.path}: runs_from: {source.name}"
+    if source.runs_from or source.dataset != bench.dataset:
+        raise XmrError(f"{src}: must name a benchmark of dataset {bench.dataset} with runs of its own")
+    if not set(bench.seeds) <= set(source.seeds) or not set(bench.rerank) <= set(source.rerank):
+        raise XmrError(f"{src}: its seeds {source.seeds} and re-rankers {source.rerank} must include this file's "
+                       f"({bench.seeds}, {bench.rerank})")
+    shared = [v for v in bench.variants if v in source.variants]
+    for v in shared:
+        mine, theirs = bench.variants[v]["recipe"], source.variants[v]["recipe"]
+        if mine != theirs or bench.overrides_of(v) != source.overrides_of(v):
+            raise XmrError(f"{src}: variants.{v} has the name of {source.name}'s variant but not its recipe and "
+                           f"overrides; make them equal (its runs are reused) or rename it")
+    return frozenset(shared)
 
 
 def _side(spec: str) -> tuple[str, str]:
@@ -412,6 +439,8 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
 
     train_s, starts, ends = 0.0, [], []
     for v in bench.variants:
+        if v in bench.shared:  # the runs of runs_from, timed there
+            continue
         for s in bench.seeds:
             run = bench.run_dir(v, s, runs_root)
             if (run / "train.json").exists():
@@ -484,7 +513,10 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
 
 
 def time_line(bench: Benchmark, times: dict) -> str:
-    return (f"{times['runs']} trainings ({len(bench.variants)} variants × {len(bench.seeds)} seeds); "
+    shared = (f"; the runs of {', '.join(f'`{v}`' for v in sorted(bench.shared))} are {bench.runs_from}'s, not "
+              f"counted here" if bench.shared else "")
+    own = len(bench.variants) - len(bench.shared)
+    return (f"{times['runs']} trainings ({own} variants × {len(bench.seeds)} seeds{shared}); "
             f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
             f"last evaluation {times['wall_minutes']:.1f} min.\n")
 
