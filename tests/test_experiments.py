@@ -201,3 +201,21 @@ def test_train_cli_trains_a_variant(tiny_synth, tmp_path):
     assert cfg["model"]["embed_dim"] == 24 and cfg["name"] == "exp_cli.wide"
     assert (out / "best.pt").exists()
     assert main(["train", "--experiment", str(exp_path), "--out-dir", str(out)]) == 2  # no --variant
+
+
+def test_a_ladder_table_says_what_each_rung_adds_to_the_one_before():
+    """`ladder: true`: each rung's changes are the settings on which its resolved run config differs from the rung
+    before (here read off config/experiments/dvse_ladder.yaml and config/methods/dvse.yaml by hand)."""
+    from xmr.report.experiment_table import changes_text
+
+    exp = load_experiment("dvse_ladder")
+    assert exp.doc["ladder"] and list(exp.variants)[:3] == ["base", "layer_norm", "caption_residual"]
+    assert changes_text(exp, "layer_norm", "synth") == 'model.layer_norm: "none" → "per_term"'  # the method file's
+    assert changes_text(exp, "sets", "synth") == "model.attention: false → true; model.num_embeds: 1 → 6"
+    assert changes_text(exp, "l_var", "synth") == 'loss.eta: 1.0 → 0.6; loss.ranking: "triplet_set" → "variance_aware"'
+    assert changes_text(exp, "full", "synth") == "model.dynamic_mask.enabled: false → true"
+    # the first rung is the base: its own overrides
+    assert changes_text(exp, "base", "synth").startswith("model.attention=false, model.num_embeds=1")
+    # without `ladder`, each variant is described by its own overrides
+    plain = load_experiment("dvse_ablation")
+    assert changes_text(plain, "no_dm", "synth") == "model.dynamic_mask.enabled=false"

@@ -15,7 +15,7 @@ from xmr.zoo import zoo_entries
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config"
 
-# the released image-text models of ../shared/notes/checkpoints.md (all 10 VSE∞ models; VSE++'s precomputed-VGG19
+# the released image-text models of the reference repositories (all 10 VSE∞ models; VSE++'s precomputed-VGG19
 # and full-image runs; PVSE K = 2 and K = 1; both PCME files); format of each
 RELEASED = {
     ("coco", "vse_inf_official_bigru"): "vse_infty", ("f30k", "vse_inf_official_bigru"): "vse_infty",

@@ -7,7 +7,7 @@
 from pathlib import Path
 
 from xmr.experiments import load_experiment
-from xmr.report.settings import readme_parts, report_methods, report_settings, results_page
+from xmr.report.settings import doc_section, readme_parts, report_methods, report_settings, results_page
 from xmr.workflow_inputs import announce_trainings, planned_runs
 
 
@@ -152,6 +152,42 @@ rule results_page:
     shell:
         "{XMR} readme-section {input} --section results-{wildcards.dataset} --readme {params.page} --out {output}"
         " > {log} 2>&1"
+
+
+rule doc_section:
+    # a generated section of a docs page (config/report.yaml `doc_sections`), pasted between its markers
+    input:
+        lambda wc: doc_section(wc.dataset, report_settings(wc.dataset), wc.section)[1],
+    output:
+        "reports/{dataset}/doc_{section}.md",
+    params:
+        page=lambda wc: doc_section(wc.dataset, report_settings(wc.dataset), wc.section)[0],
+    log:
+        "logs/report/{dataset}_doc_{section}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} readme-section {input} --section {wildcards.section}-{wildcards.dataset} --readme {params.page}"
+        " --out {output} > {log} 2>&1"
+
+
+rule runs_table:
+    # how each variant of an experiment trained (validation only: best RSUM, epochs, ending), one row per run
+    input:
+        lambda wc: [f"runs/{wc.dataset}/exp/{wc.experiment}/{v}/train.json"
+                    for v in load_experiment(wc.experiment).variants],
+    output:
+        "reports/{dataset}/runs_{experiment}.md",
+    log:
+        "logs/report/{dataset}_runs_{experiment}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} show runs/{wildcards.dataset}/exp/{wildcards.experiment}/ --out {output} > {log} 2>&1"
 
 
 rule demo_table:

@@ -24,12 +24,39 @@ def rerank_label(rerank: str) -> str:
     return "plain" if rerank == PLAIN else rerank
 
 
-def changes_text(exp: Experiment, variant: str) -> str:
-    """What a variant changes relative to the recipe (common overrides left out: every variant has them)."""
+def changes_text(exp: Experiment, variant: str, dataset: str | None = None) -> str:
+    """What a variant changes relative to the recipe (common overrides left out: every variant has them); in a
+    ladder (``ladder: true``), what the rung changes relative to the rung before it, as ``key: old → new`` of the
+    two resolved run configs."""
+    names = list(exp.variants)
+    if exp.doc.get("ladder") and dataset and names.index(variant) > 0:
+        return ladder_step(exp, dataset, names[names.index(variant) - 1], variant)
     over = exp.variants[variant]
     if not over:
         return "recipe as is" if exp.recipe else ""
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in over.items())
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def ladder_step(exp: Experiment, dataset: str, before: str, after: str) -> str:
+    """The model, loss and training settings on which rung ``after`` differs from rung ``before``."""
+    from xmr.workflow_inputs import run_config
+
+    a, b = ({k: v for k, v in _flat({s: run_config(exp.run_key(dataset, name), config_dir=exp.config_dir)[s]
+                                     for s in ("model", "loss", "train", "optim")}).items() if k != "train.seed"}
+            for name in (before, after))
+    diffs = [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(set(a) | set(b))
+             if a.get(k) != b.get(k)]
+    return "; ".join(diffs) or "nothing"
 
 
 def experiment_rows(exp: Experiment, dataset: str, results_root: str | os.PathLike = RESULTS_ROOT,
@@ -48,7 +75,7 @@ def experiment_rows(exp: Experiment, dataset: str, results_root: str | os.PathLi
         secs = train_seconds(run_dir_of(r, runs_root))
         rows.append({"experiment": exp.name, "dataset": dataset, "variant": variant, "rerank": rerank,
                      "value": exp.sweep_value(variant), "method": r.get("method"),
-                     "changes": changes_text(exp, variant), "protocol": r.get("protocol"), **metric_row(r),
+                     "changes": changes_text(exp, variant, dataset), "protocol": r.get("protocol"), **metric_row(r),
                      "best_epoch": r.get("best_epoch"), "train (min)": None if secs is None else secs / 60.0})
     return rows, missing
 

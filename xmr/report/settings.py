@@ -39,4 +39,15 @@ def results_page(dataset: str, settings: dict) -> tuple[str, list[str]]:
     return page["path"].format(dataset=dataset), [p.format(dataset=dataset) for p in page.get("parts", [])]
 
 
-__all__ = ["report_settings", "report_methods", "readme_parts", "results_page"]
+def doc_section(dataset: str, settings: dict, name: str) -> tuple[str, list[str]]:
+    """A generated section of a docs page (``doc_sections.{name}``): the page and the files pasted into its section
+    ``{name}-{dataset}``."""
+    sections = settings["doc_sections"]
+    if name not in sections:
+        raise XmrError(f"config/report.yaml: no doc_sections.{name} for dataset {dataset}; sections: "
+                       f"{', '.join(sections) or 'none'}")
+    sec = sections[name]
+    return sec["path"].format(dataset=dataset), [p.format(dataset=dataset) for p in sec["parts"]]
+
+
+__all__ = ["report_settings", "report_methods", "readme_parts", "results_page", "doc_section"]
