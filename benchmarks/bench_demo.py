@@ -1,5 +1,5 @@
 """``make demo`` on a fresh clone, timed by phase, its RSUMs checked against the README's table (not a test; figures
-go to docs/benchmarks.md "`make demo`"). Issue 33's check on another kind of CPU is this one command:
+go to docs/benchmarks.md "`make demo`"). On another kind of CPU the check is this one command:
 
     python3 benchmarks/bench_demo.py [--runs 1] [--keep] [--json out.json]
 

@@ -10,7 +10,7 @@ Measured in one run on the same data:
    (``np.argsort(row)[::-1]`` per query, ``np.where`` for the ground truth), on the same matrix;
 5. FR vs k-reciprocal RR (MTFN-RR) on the same matrix.
 
-Targets (issue 3): (2) within 1.3x of (1); FR adds <= 10% to (2); ranking >= 20x faster than the reference loop;
+Targets: (2) within 1.3x of (1); FR adds <= 10% to (2); ranking >= 20x faster than the reference loop;
 peak memory of (2) <= 1.5x the N x M float32 matrix.
 
     .venv/bin/python benchmarks/bench_eval.py                 # full scale (about 3-4 min on 2 cores)

@@ -23,13 +23,13 @@ first (not timed), then, on the same files:
 With ``--floor`` each pair also runs the command's computation in NumPy alone, in a fresh process that never
 imports torch (unit-normalise, the GEMM in blocks, the max over K, FR with the COCO scales, pessimistic ranks,
 RSUM): the floor of what a torch-free CPU path of ``xmr evaluate`` could take, for the planning decision that
-issue 33's Intel figure left open. Its RSUM is checked against the CLI's (the same formula, computed apart).
+the Intel figure (docs/benchmarks.md). Its RSUM is checked against the CLI's (the same formula, computed apart).
 
-``--only-pairs`` skips 1-4 (the short form for a lent machine's time-boxed call); ``--profile`` also runs the
+``--only-pairs`` skips 1-4 (the short form for a time-boxed run); ``--profile`` also runs the
 default CLI once under cProfile and prints its 25 costliest functions by own time.
 
 Wall times and CPU times (the children's, from getrusage) are both reported: on a shared, loaded machine the
-CPU time is the steadier measure of work done. Target (issue 33): the default CLI <= 1.4x NumPy's own GEMM.
+CPU time is the steadier measure of work done. Target: the default CLI <= 1.4x NumPy's own GEMM.
 
     .venv/bin/python benchmarks/bench_eval_cli.py                    # full scale: ~0.5 GB per matrix, minutes
     .venv/bin/python benchmarks/bench_eval_cli.py --scale 0.2 --two-step

@@ -7,7 +7,7 @@ Measures, on the same machine, backbone and batch size:
    shard writes in a background thread, and the final HDF5 assembly (model loading excluded: the built
    backbone is passed in).
 
-Target (issue 4): (2) / (1) >= 0.8, i.e. loading, decoding and writing are overlapped with compute.
+Target: (2) / (1) >= 0.8, i.e. loading, decoding and writing are overlapped with compute.
 The test images are ``--image-size`` JPEGs (COCO-like 640 x 480 by default) cut from scikit-learn's two sample
 photos with random crops, flips and noise, so each file decodes like a real photo.
 

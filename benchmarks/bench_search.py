@@ -6,7 +6,7 @@ On a trained run (default: the demo's ``runs/synth/dvse``, from ``make demo``), 
 2. repeated: the same search again, ``--repeat`` times, reading the cache;
 3. for scale, ``python -c "import torch"`` (the floor of any process that runs a model).
 
-Wall and CPU time (the child's, from getrusage) per call. Target (issue 27): a repeated search <= 3 s wall.
+Wall and CPU time (the child's, from getrusage) per call. Target: a repeated search <= 3 s wall.
 
     .venv/bin/python benchmarks/bench_search.py [--run runs/synth/dvse] [--repeat 3] [--json out.json]
 """

@@ -1,6 +1,6 @@
 """Training-throughput benchmark of VSE∞ (not a test; figures go to docs/benchmarks.md "Training throughput").
 
-Issue 5: samples/s of one VSE∞ training step on precomputed 36 x 2048 region features with a BiGRU text encoder,
+Samples/s of one VSE∞ training step on precomputed 36 x 2048 region features with a BiGRU text encoder,
 batch 128, against a straightforward step written the way the reference code (woodfrog/vse_infty, ``bigru``
 branch: ``lib/encoders.py``, ``lib/modules/aggr/gpo.py``, ``lib/loss.py``, ``lib/vse.py``) does it, in the same
 process, on the same data, shapes and dtype. Target: xmr no slower than the reference-style step.

@@ -1,19 +1,20 @@
-"""One lease of the lent GPU machine, prepared: GPU checks and the issue-33 CPU figures, each step time-boxed.
+"""A time-boxed session on a GPU machine without the full environment: GPU checks and the CPU figures of another
+kind of CPU, each step time-boxed.
 
 Not a test (CI has no GPU). Its lanes run side by side, each on its own CPUs, so that one short call covers them:
 
 - ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse.json
   results/synth/dvse_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
-  snakemake do not fit what can be carried to that machine); the same lane on this machine gives the comparison
+  snakemake need not be installed there); the same lane on this machine gives the comparison
   (here it times within the VM's drift of `make demo`: docs/benchmarks.md).
   The DVSE recipe initialises its words from GloVe, whose 80 MB package does not fit either: ``--glove-stand-in
   DIR`` (here, after a demo) writes a package of the same name holding only the synth captions' words, in the
-  file's order, so the demo reads the same vectors; carry DIR and put it on PYTHONPATH there.
+  file's order, so the demo reads the same vectors; copy DIR there and put it on PYTHONPATH.
 - ``cli`` (CPUs 2-3): ``bench_eval_cli.py --floor`` at full scale (default ``xmr evaluate`` against NumPy's own
   GEMM, and beside it the same computation in NumPy alone: what a torch-free CPU path could reach there).
 - ``tests`` (CPUs 4-5; not run unless named): the process-heavy test files of ``TEST_FILES`` (trainings, kills,
   resumes) under ``pytest -n 2``, as ``make test`` runs them: their time there against here estimates the whole
-  suite's there, which needs snakemake, DVC and MLflow (not carried).
+  suite's there, which needs snakemake, DVC and MLflow (not installed there).
 - ``gpu`` (the other CPUs and the GPU): ``check_gpu.py``, ``bench_eval.py``, ``bench_train.py --sync-debug
   --profile``, ``bench_extract.py --decoder pil device``, then the demo recipe trained on the GPU from the demo
   lane's features.
@@ -22,7 +23,7 @@ Every step writes its log (and JSON where the script has one) under ``--out``; `
 exit status and seconds, and a short table is printed last.
 
     .venv/bin/python benchmarks/device_session.py --glove-stand-in .whl/glove   # here, once, after make demo
-    python benchmarks/device_session.py --out /tmp/ds --tar "$OUT/session.tgz"    # on the device machine
+    python benchmarks/device_session.py --out /tmp/ds --tar /results/session.tgz   # on the GPU machine
     .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes demo      # the demo lane here
     .venv/bin/python benchmarks/device_session.py --out /tmp/ds --lanes tests     # the tests lane here
 
@@ -52,7 +53,7 @@ NO_TRACKING = ["--set", "tracking.enabled=false"]
 # resumes), none needing snakemake, DVC, MLflow or MiniLM; here, 117-125 s on two workers (2026-11-27)
 TEST_FILES = ("tests/test_kill_points.py", "tests/test_benchmark_sanity.py", "tests/test_resume.py",
               "tests/test_samplers.py")
-# The lent machine's Python has no bytecode for its packages (a profile of `xmr evaluate` there: 929 modules
+# A GPU machine's Python may have no bytecode for its packages (a profile of `xmr evaluate` there: 929 modules
 # compiled, 2.6 s of a 12.7 s run), which a venv made by pip has: compiled once into this cache before the lanes.
 PYCACHE = os.environ.get("PYTHONPYCACHEPREFIX") or os.path.join(tempfile.gettempdir(), "xmr-pycache")
 PACKAGES = ("torch", "torchvision", "numpy", "PIL", "h5py", "pandas", "yaml", "tqdm", "jsonschema", "scipy",
@@ -239,7 +240,7 @@ def facts(out: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--tar", type=Path, help="keep a .tgz of --out up to date after every step (e.g. $OUT/x.tgz)")
+    ap.add_argument("--tar", type=Path, help="keep a .tgz of --out up to date after every step (e.g. /results/x.tgz)")
     ap.add_argument("--glove-stand-in", type=Path, metavar="DIR",
                     help="write the GloVe stand-in package under DIR (from data/synth) and exit")
     ap.add_argument("--lanes", nargs="+", choices=list(LANES), default=["demo", "cli", "gpu"])

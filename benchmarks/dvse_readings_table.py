@@ -1,4 +1,4 @@
-"""The DVSE readings study's table (issue 32; docs/methods/dvse.md "Readings study"): validation only.
+"""The DVSE readings study's table (docs/methods/dvse.md "Readings study"): validation only.
 
 For each variant of config/experiments/dvse_readings.yaml whose run has finished (``train.json``), scores the best
 checkpoint on the validation split with ``xmr score --split val`` (which stores the set statistics,

@@ -151,7 +151,7 @@ def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size
 
 def xmr_env(**extra: str) -> dict[str, str]:
     """The environment of an ``xmr`` subprocess: this checkout's package first on the path (an inherited
-    PYTHONPATH after it: packages carried to a machine that lacks them), one thread (2 shared cores), no fault
+    PYTHONPATH after it: packages copied to a machine that lacks them), one thread (2 shared cores), no fault
     injection unless ``extra`` sets ``XMR_FAULT``."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

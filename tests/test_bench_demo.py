@@ -13,7 +13,7 @@ _spec = importlib.util.spec_from_file_location("bench_demo", REPO / "benchmarks"
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-# the shape of a Snakemake 9 log (`make demo`, session 16), times shortened to what the test needs
+# the shape of a Snakemake 9 log (`make demo`), times shortened to what the test needs
 LOG = """Building DAG of jobs...
 [Fri Nov 27 02:20:41 2026]
 localrule synth:

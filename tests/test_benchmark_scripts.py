@@ -58,7 +58,7 @@ def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_de
 
 
 def test_bench_eval_cli_times_pairs_alone_and_profiles_the_command(tmp_path):
-    """`--only-pairs --profile --floor` (how the lent machine's short call runs it): the interleaved pairs, the
+    """`--only-pairs --profile --floor` (the short form a time-boxed run on another machine uses): the interleaved pairs, the
     NumPy-only floor beside each, and a profile of the documented `xmr evaluate` command, none of the separate
     measurements."""
     out = tmp_path / "cli.json"

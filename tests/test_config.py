@@ -34,7 +34,7 @@ def test_repo_recipe_resolves_with_defaults():
 
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in (REPO / "config" / "recipes" / "synth").glob("*.yaml")))
 def test_synth_recipes_train_their_papers_hardest_negative(recipe):
-    # issue 12: no synth recipe switches a hardest-negative method to summed hinges for the whole run
+    # no synth recipe switches a hardest-negative method to summed hinges for the whole run
     cfg = load_run_config(REPO / "config" / "recipes" / "synth" / f"{recipe}.yaml")
     loss = cfg["loss"]
     assert loss.get("max_violation", True) is True

@@ -1,4 +1,4 @@
-"""Logs without a terminal and MLflow run status that tells the truth (issue 17).
+"""Logs without a terminal and MLflow run status that tells the truth.
 
 ``--no-progress`` removes only the bar: the per-epoch line (loss, validation RSUM, samples/s) and, every
 ``train.log_every_steps`` steps, a step line stay in the log. A training killed and resumed is one MLflow run,

@@ -1,4 +1,4 @@
-"""Issue 33's findings: documented commands run as a user types them (``run_xmr``: a fresh ``python -m xmr``
+"""Documented commands run as a user types them (``run_xmr``: a fresh ``python -m xmr``
 process), each checked for what the text beside it promises."""
 
 from __future__ import annotations
@@ -100,6 +100,72 @@ def test_show_of_a_folder_of_runs_lists_them(tiny_synth_run, tmp_path):
                 f"{summary['train_seconds']:.0f}"]
         assert cells[1][1:] == done and cells[2][1:] == done
         assert cells[0][1:] == ["—", "—", "1", "(no train.json yet)", f"{h['val_rsum']:.1f}", "1", "—"]
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The cells of each row of a Markdown table (after its header and rule)."""
+    return [ln.strip("| ").split(" | ") for ln in stdout.splitlines()[2:]]
+
+
+def test_show_reads_every_results_file_that_xmr_test_writes(tiny_synth_run, tmp_path):
+    """`xmr test --reranks none fr --out F.json` (the benchmark's per-run file) used to be "a run's train.json (no
+    retrieval metrics)" to `xmr show`: it is one row per re-ranker, the rows the same run's plain and FR files give;
+    the compact --metrics-out files show the same recalls and RSUM."""
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "S.npy", rng.random((12, 60), dtype=np.float32))  # the tiny test split: 12 images x 5 captions
+    common = ["--run", tiny_synth_run, "--sims", tmp_path / "S.npy", "--no-tracking"]
+    run_xmr("test", *common, "--reranks", "none", "fr", "--out", tmp_path / "s0.json",
+            "--metrics-out", tmp_path / "s0.metrics.json", check=True)
+    run_xmr("test", *common, "--out", tmp_path / "dvse_docs.json", check=True)
+    run_xmr("test", *common, "--rerank", "fr", "--out", tmp_path / "dvse_docs_fr.json",
+            "--metrics-out", tmp_path / "dvse_docs_fr.metrics.json", check=True)
+
+    by_rerank = run_xmr("show", tmp_path / "s0.json", check=True).stdout
+    assert by_rerank == run_xmr("show", tmp_path / "dvse_docs.json", tmp_path / "dvse_docs_fr.json",
+                                check=True).stdout
+    rows = _table(by_rerank)
+    assert [r[:3] for r in rows] == [["synth", "dvse_docs", "plain"], ["synth", "dvse_docs_fr", "plain"]]
+    doc = json.loads((tmp_path / "s0.json").read_text())["by_rerank"]
+    for row, rerank in zip(rows, ("none", "fr")):
+        m = doc[rerank]
+        assert row[3:10] == [f"{m[d][k]:.1f}" for d in ("i2t", "t2i") for k in ("r1", "r5", "r10")] + \
+            [f"{m['rsum']:.1f}"]
+        assert row[10] == "1"  # epochs: the run trained one
+    # the compact files: named by the file, one row per re-ranker, the recalls and RSUM of the full file's rows
+    compact = _table(run_xmr("show", tmp_path / "s0.metrics.json", check=True).stdout)
+    assert [r[1] for r in compact] == ["s0", "s0_fr"]
+    assert [r[3:10] for r in compact] == [r[3:10] for r in rows]
+    (fr,) = _table(run_xmr("show", tmp_path / "dvse_docs_fr.metrics.json", check=True).stdout)
+    assert fr[1:10] == ["dvse_docs_fr", "plain", *rows[1][3:10]]
+    # a folder: its full results files by name (the --reranks file's two rows), not the compact ones
+    listed = _table(run_xmr("show", tmp_path, check=True).stdout)
+    assert [r[1] for r in listed] == ["dvse_docs", "dvse_docs_fr", "dvse_docs", "dvse_docs_fr"]
+    (tmp_path / "other.json").write_text('{"a": 1}')
+    line = _one_line_error(run_xmr("show", tmp_path / "other.json"), "show")
+    assert line.startswith(f"xmr show: error: {tmp_path / 'other.json'}: not a results file"), line
+
+
+def test_results_files_round_their_metrics_and_the_table_is_unchanged(tmp_path):
+    """A 1,000 x 1,000 matrix (one caption per image) whose ranks are set by hand. Summed in floating point, its
+    recalls 1.0 + 5.0 + 10.0 + 0.2 + 2.4 + 4.0 make RSUM 22.599999999999998; the results file says 22.6 (metrics
+    to 3 decimals, docs/evaluation.md), and `xmr show` prints what it printed before."""
+    n, junk = 1000, list(range(500, 1000))  # pairs 100+ score 0: ties rank their match last (misses); 500+ distract
+    sims = np.zeros((n, n), np.float32)
+    for i in range(100):
+        sims[i, i] = 1.0
+        sims[i, junk[:0 if i < 10 else 1 if i < 50 else 5]] = 2.0  # image i: its caption at rank 1, 2 or 6
+        sims[junk[:0 if i < 2 else 1 if i < 24 else 5 if i < 40 else 10], i] = 2.0  # caption i: rank 1, 2, 6 or 11
+    np.save(tmp_path / "S.npy", sims)
+    run_xmr("evaluate", "--sims", tmp_path / "S.npy", "--captions-per-image", "1", "--out", tmp_path / "M.json",
+            check=True)
+    text = (tmp_path / "M.json").read_text()
+    assert '"rsum": 22.6,' in text and "22.59999" not in text
+    doc = json.loads(text)
+    # ranks: i2t 10 x 1, 40 x 2, 50 x 6, 900 x 1000; t2i 2 x 1, 22 x 2, 16 x 6, 60 x 11, 900 x 1000
+    assert doc["i2t"] == {"r1": 1.0, "r5": 5.0, "r10": 10.0, "medr": 1000.0, "meanr": 900.39}
+    assert doc["t2i"] == {"r1": 0.2, "r5": 2.4, "r10": 4.0, "medr": 1000.0, "meanr": 900.802}
+    assert _table(run_xmr("show", tmp_path / "M.json", check=True).stdout) == [
+        ["—", "M", "plain", "1.0", "5.0", "10.0", "0.2", "2.4", "4.0", "22.6", "—", "—", "—", "—"]]
 
 
 def test_a_binary_file_where_json_is_read_is_one_line(tmp_path):

@@ -1,4 +1,4 @@
-"""Issue 33's workflow findings, run as a user types them: a typo'd Snakemake target, the size line of the seeded
+"""Workflow commands a user met problems with, run as a user types them: a typo'd Snakemake target, the size line of the seeded
 benchmark's dry run, `make sync` after a partial reproduction."""
 
 from __future__ import annotations

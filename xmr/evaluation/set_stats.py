@@ -1,4 +1,4 @@
-"""How far apart a set method keeps an image's K sub-embeddings (DVSE Fig. 6, issue 32), beside the similarity spread
+"""How far apart a set method keeps an image's K sub-embeddings (DVSE Fig. 6), beside the similarity spread
 (xmr/evaluation/spread.py):
 
 - ``correlation_matrix(x)``: the (K, K) matrix of cosines (or Pearson correlations) between an image's
