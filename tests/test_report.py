@@ -196,7 +196,7 @@ def tiny_project(tiny_synth, module_tmp):
                     "examples": {"recipe": None, "queries": 1, "top_k": 3, "seed": 0},
                     "subembeddings": {"recipes": ["rep_dvse"], "images": 1, "seed": 0},
                     "readme": [], "results_page": {"path": "docs/results_{dataset}.md", "parts": []},
-                    "curves": True, "mlflow": False}}))
+                    "doc_sections": {}, "curves": True, "mlflow": False}}))
     return {"root": root, "runs": runs, "results": results, "config": tiny_synth.config_dir}
 
 

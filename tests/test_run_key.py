@@ -77,7 +77,7 @@ def test_each_kind_resolves_the_config_its_source_says(monkeypatch):
     monkeypatch.chdir(REPO)
     recipe = run_config(RunKey.recipe("synth", "dvse"))
     variant = run_config(RunKey.experiment("synth", "dvse_k_sweep", "k_1"))
-    bench = run_config(RunKey.benchmark("synth", "benchmark", "dvse_no_dm", 2))
+    bench = run_config(RunKey.benchmark("synth", "dvse_sets", "dvse_no_dm", 2))
     assert recipe["model"]["num_embeds"] != 1 and variant["model"]["num_embeds"] == 1  # the sweep's value
     assert bench["train"]["seed"] == 2 and bench["model"]["dynamic_mask"]["enabled"] is False
     assert bench["train"]["threads"] == 1  # the benchmark's common override
@@ -101,8 +101,8 @@ def test_inputs_honour_features_dir_source_and_text_features_for_every_kind(monk
         e2e = run_config(key, ["features.source=images"])
         assert run_inputs(key, "train", cfg=e2e)["images"] == [cfg["dataset_cfg"]["annotations"]]
     # precomputed text features (RRF's HGLMM): a benchmark variant needs them as its recipe does
-    rrf = run_config(RunKey.benchmark("synth", "benchmark", "rrf_baseline", 0))
-    assert run_inputs(RunKey.benchmark("synth", "benchmark", "rrf_baseline", 0), "train", cfg=rrf)[
+    rrf = run_config(RunKey.benchmark("synth", "baselines", "rrf_baseline", 0))
+    assert run_inputs(RunKey.benchmark("synth", "baselines", "rrf_baseline", 0), "train", cfg=rrf)[
         "text_features"] == text_feature_files(rrf)["train"] == ["features/synth/hglmm/train.h5",
                                                                    "features/synth/hglmm/val.h5"]
     assert image_inputs("synth", {"source": "images", "annotations": ["a.json", "b.json"]}, ["train"]) == [
@@ -150,3 +150,26 @@ def test_a_rerankers_extra_inputs_come_from_its_spec():
     assert rerank_options("r", ["none"]) == "" == rerank_options("r", None)
     with pytest.raises(XmrError, match="evaluate it in a results file of its own"):
         rerank_options("r", ["fr", "qbnorm"])
+
+
+def test_after_failure_names_each_failed_jobs_error_line(tmp_path):
+    """The workflow's onerror handler (xmr.workflow_inputs.after_failure): for each job Snakemake's scheduler holds as
+    failed, the xmr error line of its log, or, without one (a killed process, a shell's message), its last line."""
+    from types import SimpleNamespace
+
+    from xmr.workflow_inputs import AFTER_FAILURE, after_failure
+
+    logs = {"extract": "loading\nxmr extract: error: data/x/images/a.png: image not found\n\n",
+            "train": "epoch 1/30 loss=1.0\nepoch 2/30 loss=0.9\n"}
+    for name, text in logs.items():
+        (tmp_path / f"{name}.log").write_text(text)
+    failed = [SimpleNamespace(rule=SimpleNamespace(name="extract"), log=[str(tmp_path / "extract.log")]),
+              # the training's log is its `log` parameter (appended to; Snakemake deletes a `log:` before a run)
+              SimpleNamespace(rule=SimpleNamespace(name="train"), log=[],
+                              params=SimpleNamespace(log=str(tmp_path / "train.log"))),
+              SimpleNamespace(rule=SimpleNamespace(name="score"), log=[str(tmp_path / "never.log")])]  # no log
+    workflow = SimpleNamespace(scheduler=SimpleNamespace(failed=failed))
+    assert sorted(after_failure(workflow).splitlines()) == sorted([
+        f"rule extract ({tmp_path}/extract.log): xmr extract: error: data/x/images/a.png: image not found",
+        f"rule train ({tmp_path}/train.log): its last line: epoch 2/30 loss=0.9", AFTER_FAILURE])
+    assert after_failure(SimpleNamespace()) == AFTER_FAILURE  # no scheduler (a failure before any job ran)

@@ -100,3 +100,10 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
     if backbone_cfg is not None:
         cfg["backbone_cfg"] = validate(backbone_cfg, "backbone", f"{path}: backbone_cfg")
     return cfg
+
+
+def max_epochs(cfg: dict) -> int:
+    """The epoch cap of a run config: ``train.early_stopping.max_epochs`` when set and the rule is on, else
+    ``train.epochs``."""
+    es = cfg["train"]["early_stopping"]
+    return es["max_epochs"] if es["enabled"] and es["max_epochs"] else cfg["train"]["epochs"]

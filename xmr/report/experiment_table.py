@@ -15,7 +15,7 @@ from typing import Any
 
 from xmr.layout import RESULTS_ROOT, RUNS_ROOT
 from xmr.errors import XmrError
-from xmr.experiments import PLAIN, Experiment
+from xmr.experiments import PLAIN, Experiment, resolve_variant
 from xmr.io import read_json
 from xmr.report.tables import RECALLS, csv_table, fmt, metric_row, run_dir_of, train_seconds
 
@@ -49,9 +49,7 @@ def _flat(cfg: dict, prefix: str = "") -> dict[str, Any]:
 
 def ladder_step(exp: Experiment, dataset: str, before: str, after: str) -> str:
     """The model, loss and training settings on which rung ``after`` differs from rung ``before``."""
-    from xmr.workflow_inputs import run_config
-
-    a, b = ({k: v for k, v in _flat({s: run_config(exp.run_key(dataset, name), config_dir=exp.config_dir)[s]
+    a, b = ({k: v for k, v in _flat({s: resolve_variant(exp, name, dataset)[s]
                                      for s in ("model", "loss", "train", "optim")}).items() if k != "train.seed"}
             for name in (before, after))
     diffs = [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(set(a) | set(b))

@@ -20,18 +20,12 @@ import math
 from typing import Any
 
 from xmr.errors import XmrError
+from xmr.run_config import max_epochs  # noqa: F401 - the rule's cap, also read as stopping.max_epochs
 
 
 def initial_state() -> dict[str, Any]:
     """What the rule remembers between epochs (saved in last.pt)."""
     return {"best": -math.inf, "bad_epochs": 0, "lr_drops": 0, "lr_drop_epochs": [], "stopped": False}
-
-
-def max_epochs(cfg: dict) -> int:
-    """The epoch cap of the run: ``train.early_stopping.max_epochs`` when set and the rule is on, else
-    ``train.epochs``."""
-    es = cfg["train"]["early_stopping"]
-    return es["max_epochs"] if es["enabled"] and es["max_epochs"] else cfg["train"]["epochs"]
 
 
 def command_line_epochs(cfg: dict, overrides: list[str]) -> str | None:
