@@ -133,11 +133,11 @@ def test_val_test_extraction_asks_for_less_than_train():
     from xmr.jobs import job_resource
 
     res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
-    d = res["default"]
+    d = res["gpu_cluster"]  # COCO's table (coco: {like: gpu_cluster})
     assert job_resource(res, "extract", "runtime", "coco", "train") == d["extract"]["runtime"] == 720
     assert job_resource(res, "extract", "runtime", "coco", "test") == d["extract_eval"]["runtime"] == 120
     assert job_resource(res, "extract", "mem_mb", "coco", "val") == 16000 < d["extract"]["mem_mb"]
-    # a dataset with its own `extract` (synth: CPU only) keeps it for every split, never the GPU default
+    # a dataset with its own `extract` (synth: CPU only) keeps it for every split, never the GPU table
     assert job_resource(res, "extract", "gpu", "synth", "test") == res["synth"]["extract"]["gpu"] == 0
     assert job_resource(res, "train", "runtime", "coco", "") == d["train"]["runtime"]
     # the train split's extraction, the longest job, starts first among ready jobs (Snakemake's priority)
@@ -147,6 +147,31 @@ def test_val_test_extraction_asks_for_less_than_train():
     # without extract_eval anywhere, val/test fall back to extract
     no_eval = {"default": {k: v for k, v in d.items() if k != "extract_eval"}}
     assert job_resource(no_eval, "extract", "runtime", "coco", "test") == 720
+
+
+def test_a_dataset_without_an_entry_gets_the_local_cpus_and_like_copies_a_table():
+    import yaml
+
+    from xmr.errors import XmrError
+    from xmr.jobs import check_resources, job_resource, train_job
+
+    res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
+    # config/config.yaml as shipped, by hand: default train 0 GPUs, 16000 MB, 240 min, 2 CPUs
+    assert train_job(res, "mydata") == {**train_job(res, "mydata"), "gpu": 0, "mem_mb": 16000, "runtime": 240,
+                                        "cpus_per_task": 2, "launch": ""}
+    assert [job_resource(res, "extract", k, "mydata", "val") for k in ("gpu", "mem_mb", "priority")] == [0, 8000, 0]
+    # `like: gpu_cluster`: the cluster's 1 GPU, 64000 MB, 2880 min, 8 CPUs; an own key wins over the table's
+    res["mydata"] = {"like": "gpu_cluster", "train": {"gpu": 2}}
+    job = train_job(res, "mydata")
+    assert (job["gpu"], job["mem_mb"], job["runtime"], job["cpus_per_task"], job["launch"]) == (
+        2, 64000, 2880, 8, " --nproc-per-node 2 --nnodes 1")
+    assert job_resource(res, "extract", "runtime", "mydata", "test") == 120  # the cluster's extract_eval
+    check_resources(res)
+    res["mydata"]["like"] = "gpu_clustr"
+    with pytest.raises(XmrError) as e:
+        check_resources(res)
+    assert str(e.value) == ("config/config.yaml: resources.mydata.like: 'gpu_clustr' is not a table to copy; name "
+                            "one of: gpu_cluster, synth")
 
 
 def test_official_checkpoint_target_names_the_checkpoint_and_only_test_features(bare):

@@ -203,7 +203,36 @@ def load_dataset_config(name_or_path: str, config_dir: str | os.PathLike = "conf
     if not p.exists():
         avail = sorted(x.stem for x in (Path(config_dir) / "datasets").glob("*.yaml"))
         raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail)}")
-    return validate(_load_with_extends(p), "dataset", str(p))
+    return check_dataset_config(validate(_load_with_extends(p), "dataset", str(p)), str(p))
+
+
+def check_dataset_config(cfg: dict, src: str) -> dict:
+    """What the dataset schema cannot say, as one line naming ``src`` and the key: files that a ``source:`` copy
+    would have to provide lie under ``root`` (files elsewhere are read where they are, without ``source:``), and a
+    ``csv`` table's split comes from exactly one of ``split_column`` or ``split_fractions`` (summing to 1)."""
+    if cfg.get("source"):
+        if not cfg.get("root"):
+            raise XmrError(f"{src}: source: needs root: (the folder its entries are linked into)")
+        root = Path(os.path.abspath(cfg["root"]))  # not resolved: root's entries are symlinks into the copy
+        for key in ("annotations", "images"):
+            path = Path(os.path.abspath(cfg[key])) if cfg.get(key) else None
+            if path is not None and not path.is_relative_to(root):
+                raise XmrError(f"{src}: {key}: {cfg[key]} is outside root {cfg['root']}, where `source:` links the "
+                               f"shared copy; drop `source:` to read the files where they are, or set {key}: under "
+                               f"{cfg['root']}/")
+    table = cfg.get("csv")
+    if cfg["format"] == "csv" and table is not None:
+        given = [k for k in ("split_column", "split_fractions") if k in table]
+        if len(given) == 2:
+            raise XmrError(f"{src}: csv: both split_column and split_fractions are set; keep one of them")
+        if not given:
+            raise XmrError(f"{src}: csv: no split; set split_column (a column naming each row's split) or "
+                           f"split_fractions (e.g. {{train: 0.8, val: 0.1, test: 0.1}})")
+        fractions = table.get("split_fractions") or {}
+        if fractions and abs(sum(fractions.values()) - 1) > 1e-6:
+            raise XmrError(f"{src}: csv.split_fractions: {fractions} sum to {sum(fractions.values()):g}; make them "
+                           f"sum to 1")
+    return cfg
 
 
 def load_backbone_config(name: str, config_dir: str | os.PathLike = "config") -> dict:

@@ -7,6 +7,8 @@ reads (and, for features that would be extracted, the backbone's weights/config 
 the text-feature inputs, and the tracking store. When a cheaper path exists it is named: the SCAN/VSE∞
 precomputed download imported by the ``import_scan`` rule instead of BUTD extraction with detectron2.
 The workflow runs :func:`workflow_preflight` when it is parsed (also for ``snakemake -n``); it only reports.
+Without a target (``xmr doctor DATASET``) it also reads the dataset's train, val and test splits: their sizes, and
+the first missing image file of each with the annotation entry that lists it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from xmr.errors import XmrError
 #: backbone family -> (module it needs, how to get it); families not listed need only xmr's requirements
 BACKENDS = {"butd_detectron2": ("detectron2", "build detectron2 in its env: `conda env create -f envs/detectron2.yaml`"
                                               " then the pip line in docs/datasets.md 'detectron2'")}
+#: dataset formats whose annotation file lists image files (relative to ``images:``, default its own folder)
+IMAGE_LIST_FORMATS = ("karpathy", "csv")
 #: backbones whose features the SCAN/VSE∞ precomputed download provides (rule import_scan)
 SCAN_BACKBONES = ("butd_r101_k36",)
 SCAN_DOWNLOAD = ("SCAN's data.zip (Kaggle mirror kuanghueilee/scan-features): {ds}_precomp/ -> data/{ds}/precomp/ "
@@ -127,12 +131,19 @@ def target_name(dataset: str, target: str) -> str:
 
 
 def _check_dataset(rep: Report, ds: dict, need_images: bool) -> None:
+    from xmr.data.link import path_under_root
+
     name = ds["name"]
     source = ds.get("source")
     for ann in _paths(ds.get("annotations")):
-        fix = (f"`xmr link-dataset --dataset {name}` (source: {source})" if source and Path(source).is_dir()
-               else f"{ds.get('obtain', 'see docs/datasets.md')}; or set `source:` in config/datasets/{name}.yaml "
-                    f"to a shared copy laid out like {ds['root']}/")
+        if source and Path(source).is_dir():
+            fix = f"`xmr link-dataset --dataset {name}` (source: {source})"
+        elif path_under_root(ds, "annotations") is not None:
+            fix = (f"{ds.get('obtain', 'see docs/datasets.md')}; or set `source:` in config/datasets/{name}.yaml "
+                   f"to a shared copy laid out like {ds['root']}/")
+        else:  # read where the config points (outside root, or no root): nothing links it
+            fix = (f"{ds.get('obtain', 'put the file there')}; or set `annotations:` in config/datasets/{name}.yaml "
+                   f"to where it is")
         rep.add("annotation file", ann, Path(ann).exists(), fix)
     text_dir = (ds.get("extra") or {}).get("text_dir")
     if text_dir:  # CUB: Reed et al.'s captions live apart from the images
@@ -145,10 +156,30 @@ def _check_dataset(rep: Report, ds: dict, need_images: bool) -> None:
         rep.add("CUB split rule", rule.split(":")[0], True, note=rule.split(": ", 1)[1] + (
             "; PCME's testclasses.txt, trainvalclasses.txt, seen_test_images.txt in the dataset root are followed "
             "when present" if not rule.startswith("split files") else ""))
-    if need_images and ds.get("images"):
-        images = Path(ds["images"])
+    if need_images and (ds.get("images") or ds.get("format") in IMAGE_LIST_FORMATS):
+        from xmr.data.base import images_folder
+
+        images = images_folder(ds)
         ok = images.is_dir() and any(images.iterdir())
         rep.add("images", images, ok, f"put the image files under {images}/ ({ds.get('obtain', 'docs/datasets.md')})")
+
+
+def _check_splits(rep: Report, ds: dict) -> None:
+    """Read the splits a recipe trains, validates and tests on, once nothing else of the dataset is missing: their
+    sizes and their image files. A file the reader refuses (an empty caption, a bad row) stops here with its one
+    line."""
+    from xmr.data import load_split
+    from xmr.data.base import images_folder
+
+    annotations = _paths(ds.get("annotations"))
+    if not annotations or rep.missing:  # precomputed only (no annotation file), or the files to read are missing
+        return
+    for split in dict.fromkeys(["train", ds["val_split"], ds["test_split"]]):
+        data = load_split(ds, split)
+        rep.add(f"split {split}", annotations[0], True, note=f"{data.num_images} images, {data.num_captions} captions")
+        if len(data.image_paths) == data.num_images:  # a features-only split lists no image files
+            message = data.missing_images_message()
+            rep.add(f"image files of split {split}", images_folder(ds), message is None, message or "")
 
 
 def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
@@ -303,9 +334,11 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
         return rep
     if target is None:
         _check_dataset(rep, ds, need_images=True)
+        _check_splits(rep, ds)
         scan = Path(f"data/{dataset}/precomp")
-        rep.add("SCAN precomputed features", scan, True,
-                note="present" if scan.is_dir() else "optional: replaces BUTD extraction (rule import_scan)")
+        if scan.is_dir() or (ds.get("extra") or {}).get("scan_splits"):  # the datasets SCAN released features of
+            rep.add("SCAN precomputed features", scan, True,
+                    note="present" if scan.is_dir() else "optional: replaces BUTD extraction (rule import_scan)")
         _check_tracking(rep, None)
         return rep
     rep.recipe, rep.reranker = parse_target(dataset, target_name(dataset, target), config_dir)

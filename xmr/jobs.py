@@ -1,6 +1,7 @@
 """What a workflow job asks the scheduler for: resources per job kind (config ``resources``, per dataset, per
-split for extraction) and the DDP launch of a training job (processes per node x nodes). The Snakemake rules
-read these through ``workflow/rules/common.smk``; tested in tests/test_run_key.py and tests/test_doctor.py."""
+split for extraction; a dataset without an entry gets ``default``, the local CPU setting) and the DDP launch of a
+training job (processes per node x nodes). The Snakemake rules read these through ``workflow/rules/common.smk``;
+tested in tests/test_run_key.py and tests/test_doctor.py."""
 
 from __future__ import annotations
 
@@ -13,16 +14,38 @@ from xmr.errors import XmrError
 EVAL_KINDS = {"extract": "extract_eval"}
 
 
+def resource_tables(resources: dict, dataset: str) -> list[dict]:
+    """The tables of config ``resources`` a ``dataset``'s jobs read, first match wins: its own entry, the table its
+    ``like:`` names (``coco: {like: gpu_cluster}``), then ``default`` (a dataset without an entry, e.g. your own:
+    the local CPU setting)."""
+    own = resources.get(dataset) or {}
+    like = (resources.get(own["like"]) or {}) if own.get("like") else {}
+    return [own, like, resources["default"]]
+
+
+def check_resources(resources: dict, src: str = "config/config.yaml") -> None:
+    """Every ``like:`` of config ``resources`` names another table there, which has no ``like:`` of its own."""
+    copyable = [k for k, v in resources.items() if k != "default" and not (v or {}).get("like")]
+    for name, table in resources.items():
+        like = (table or {}).get("like")
+        if like is None:
+            continue
+        if name == "default":
+            raise XmrError(f"{src}: resources.default.like: default is what every dataset falls back to; remove like "
+                           f"there")
+        if like == name or like not in copyable:
+            raise XmrError(f"{src}: resources.{name}.like: {like!r} is not a table to copy; name one of: "
+                           f"{', '.join(k for k in copyable if k != name)}")
+
+
 def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split: str = "") -> Any:
-    """Resource ``key`` of a ``kind`` job from config ``resources``: the dataset's own entry, else ``default``.
-    Jobs on a split other than ``train`` use ``{kind}_eval`` when there is one (the dataset's ``{kind}_eval``,
-    then its ``{kind}``, then ``default.{kind}_eval``, then ``default.{kind}``)."""
-    per_dataset = resources.get(dataset, {}) or {}
-    default = resources["default"]
+    """Resource ``key`` of a ``kind`` job from config ``resources``, from the dataset's tables
+    (:func:`resource_tables`: its own entry, its ``like:``, ``default``). Jobs on a split other than ``train`` use
+    ``{kind}_eval`` when a table has it (a table's ``{kind}_eval``, then its ``{kind}``, then the next table's)."""
     kinds = [kind]
     if split and split != "train" and kind in EVAL_KINDS:
         kinds = [EVAL_KINDS[kind], kind]
-    for table in (per_dataset, default):
+    for table in resource_tables(resources, dataset):
         for k in kinds:
             if key in (table.get(k) or {}):
                 return table[k][key]
@@ -54,8 +77,8 @@ def train_procs(resources: dict, dataset: str) -> tuple[int, int]:
     """(processes per node, nodes) of a training job: one DDP process per GPU (``gpu`` is GPUs per node,
     ``nodes`` defaults to 1)."""
     gpus = job_resource(resources, "train", "gpu", dataset)
-    per_dataset = (resources.get(dataset) or {}).get("train") or {}
-    nodes = per_dataset.get("nodes", (resources["default"].get("train") or {}).get("nodes", 1))
+    nodes = next((t["train"]["nodes"] for t in resource_tables(resources, dataset)
+                  if "nodes" in (t.get("train") or {})), 1)
     return max(int(gpus), 1), int(nodes)
 
 

@@ -7,6 +7,7 @@ so a 48-hour job's log says what it is doing. docs/tracking.md, "Logs".
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Iterable, Iterator
@@ -85,3 +86,39 @@ def bar(iterable: Iterable | None = None, *, desc: str, total: int | None = None
         return tqdm(iterable, desc=desc, total=total, unit=unit, initial=initial)
     return LineLog(iterable, desc=desc, total=total, unit=unit, initial=initial, every=every,
                    silent=progress is None)
+
+
+class _Tee:
+    """A text stream that writes to ``stream`` (the console) and appends the same text to ``log``; anything else
+    (``fileno``, ``isatty``, ``encoding``) is the console's, so child processes inherit the console."""
+
+    def __init__(self, stream: Any, log: Any) -> None:
+        self._stream, self._log = stream, log
+
+    def write(self, text: str) -> int:
+        self._log.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._log.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def append_output_to(path: str | os.PathLike) -> None:
+    """From here on, append what this process prints (``sys.stdout``, ``sys.stderr``, its one-line error included)
+    to ``path`` as well, line by line, until it exits; the console still shows it. The job log of a training
+    (``xmr train --log``): a training resumed after Ctrl-C or a kill, or retried, writes below what the earlier
+    attempts wrote, where the trainer's ``==== resuming ... ====`` line separates them."""
+    from pathlib import Path
+
+    from xmr.errors import XmrError
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        log = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115 - open until exit
+    except OSError as e:
+        raise XmrError(f"{path}: cannot append the log there ({e.strerror or e}); choose another --log") from None
+    sys.stdout, sys.stderr = _Tee(sys.stdout, log), _Tee(sys.stderr, log)

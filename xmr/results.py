@@ -57,10 +57,11 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         if subsets is not None and sims.shape != shape:
             subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
     by_protocol = {}
-    for p in protocols:
+    for p in protocols:  # rounded here, so that MLflow gets the numbers the results file holds
         kw = {"image_labels": labels} if p == "cub" else {"subsets": subsets}
-        by_protocol[p] = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"],
-                                       rerank=rerank, rerank_params=arrays, **kw)
+        metrics = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"], rerank=rerank,
+                                rerank_params=arrays, **kw)
+        by_protocol[p] = rounded_metrics(metrics)
     head = by_protocol[protocols[0]]
     result = {**head, "protocol": protocols[0], "protocols": by_protocol, "dataset": cfg["dataset"],
               "recipe": cfg["name"], "method": cfg["method"], "backbone": cfg["features"]["backbone"],
@@ -113,6 +114,38 @@ def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, 
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
 
 
+#: decimals of every metric a results file holds: each recall of COCO (5K, and the mean of the 1K folds) and of
+#: Flickr30K is a multiple of 0.004, exact at 3 decimals; what floating-point sums add beyond that (RSUM
+#: 22.599999999999998) is noise. The tables print one decimal (docs/evaluation.md, "Output").
+METRIC_DECIMALS = 3
+#: the dicts of a results file whose numbers are all metrics (recalls, medr, meanr, R-Precision); RSUM is ``rsum``
+DIRECTIONS = ("i2t", "t2i")
+
+
+def rounded_metrics(doc: Any) -> Any:
+    """``doc`` (a results dict, or part of one) with every metric rounded to :data:`METRIC_DECIMALS`: the numbers
+    of each ``i2t``/``t2i`` dict and each ``rsum``, at any depth (protocols, subsets, the coco1k folds, a
+    ``--reranks`` file's ``by_rerank``, the compact file); the other numbers (similarity spread, set statistics,
+    re-ranker parameters, timings, seconds) are left as they are."""
+    if isinstance(doc, list):
+        return [rounded_metrics(v) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {}
+    for key, value in doc.items():
+        if key in DIRECTIONS and isinstance(value, dict):
+            out[key] = {k: _rounded(v) for k, v in value.items()}
+        elif key == "rsum":
+            out[key] = _rounded(value)
+        else:
+            out[key] = rounded_metrics(value)
+    return out
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, METRIC_DECIMALS) if isinstance(value, float) else value
+
+
 #: what the compact metrics file keeps of each protocol and subset (``dvc metrics show``'s columns)
 COMPACT_RECALLS = ("r1", "r5", "r10")
 
@@ -141,8 +174,10 @@ def compact_metrics(result: dict) -> dict:
 
 
 def write_results(result: dict, out: str | os.PathLike, metrics_out: str | os.PathLike | None = None) -> None:
-    """The full results JSON at ``out``; with ``metrics_out``, also the compact file DVC shows as metrics
+    """The one writer of results files (``xmr test``, ``xmr evaluate``): the full results JSON at ``out``, its
+    metrics rounded (:func:`rounded_metrics`); with ``metrics_out``, also the compact file DVC shows as metrics
     (:func:`compact_metrics`, ``results/{dataset}/{target}.metrics.json``)."""
+    result = rounded_metrics(result)
     write_json(out, result)
     if metrics_out is not None:
         write_json(metrics_out, compact_metrics(result))

@@ -1,36 +1,95 @@
 """What the workflow's rules read, per run key (:class:`xmr.layout.RunKey`): a run's resolved config and the files
 it is read from, the image and text feature files its training and scoring need (honouring ``features.dir``,
 ``features.source: images`` and precomputed text features for every run kind alike), a re-ranker's extra input
-files (declared on its :class:`~xmr.rerank.base.RerankerSpec`), the workflow config's validation, and the
-training-count announcement of big targets. The rules in ``workflow/rules/*.smk`` only call these."""
+files (declared on its :class:`~xmr.rerank.base.RerankerSpec`), the workflow config's validation, the
+training-count announcement of big targets, and what the workflow prints when a config is wrong or a job fails.
+The rules in ``workflow/rules/*.smk`` only call these."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from xmr.errors import XmrError
 from xmr.layout import PLAIN, RUNS_ROOT, RunKey, feature_file, parse_target, recipe_path
 
-#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk)
-AFTER_FAILURE = ("xmr: the workflow stopped; the failed job's one-line error is in its log above. If Snakemake "
+#: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk, :func:`after_failure`)
+AFTER_FAILURE = ("xmr: the workflow stopped; each failed job's one-line error is above, from its log. If Snakemake "
                  "itself was killed (pre-emption, kill -9, lost node), run `snakemake --unlock` once, then the same "
                  "command with --rerun-incomplete: unfinished outputs are redone, training resumes from last.pt and "
                  "extraction from its finished shards (docs/faults.md).")
+#: the one line an ``xmr`` command ends with when it fails (xmr.cli.main)
+XMR_ERROR_LINE = re.compile(r"xmr [\w-]+: (error: |interrupted)")
+#: how much of the end of a job's log is read for its error line (a training's log grows with its epochs)
+LOG_TAIL_BYTES = 1 << 16
+
+
+def job_error_line(log: str | os.PathLike) -> str | None:
+    """What a failed job's log says about its end: its last ``xmr COMMAND: error: ...`` line, else (a crash, a
+    shell's message, a killed process) ``its last line: ...``; None when there is no such log or it is empty."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    error = next((ln for ln in reversed(lines) if XMR_ERROR_LINE.match(ln)), None)
+    return error or (f"its last line: {lines[-1]}" if lines else None)
+
+
+def after_failure(workflow: Any) -> str:
+    """What the workflow's ``onerror`` handler prints: ``rule NAME (LOG): LINE`` for each failed job
+    (:func:`job_error_line`; Snakemake itself names only the job's log file, and the rules send an ``xmr``
+    command's output there), then :data:`AFTER_FAILURE`. ``workflow``: Snakemake's, whose scheduler holds the jobs
+    that failed. A job's logs are its ``log:`` files and its ``log`` parameter (the training's log, which its
+    command appends to: Snakemake would delete a ``log:`` before each run)."""
+    failed = getattr(getattr(workflow, "scheduler", None), "failed", None) or ()
+    lines = []
+    for job in sorted((j for group in failed for j in getattr(group, "jobs", None) or [group]), key=str):
+        params = getattr(job, "params", None)
+        for log in [*job.log, *([params.log] if getattr(params, "log", None) else [])]:
+            error = job_error_line(log)
+            if error:
+                lines.append(f"rule {job.rule.name} ({log}): {error}")
+    return "\n".join([*lines, AFTER_FAILURE])
 
 
 def validate_workflow_config(config: dict, schema_path: str | Path) -> dict:
     """Validate (and fill defaults of) the workflow config against its schema with xmr's one config validator:
     a bad key is one line naming it and its nearest valid names, not Snakemake's dump of the whole schema."""
     from xmr.config import load_yaml, validate
+    from xmr.jobs import check_resources
 
+    src = "config/config.yaml (with --config overrides)"
     try:
-        return validate(config, load_yaml(schema_path), "config/config.yaml (with --config overrides)")
+        validate(config, load_yaml(schema_path), src)
+        check_resources(config["resources"], src)
+        return config
     except XmrError as e:  # Snakemake would add a traceback to the one line
         print(f"xmr workflow: error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+
+
+def stop_on_xmr_error(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` (what the rules' input functions resolve through: a run's config, a results target's run key)
+    stopping Snakemake with xmr's one line for an :class:`XmrError` (a misspelt recipe key, an experiment without
+    that variant), as the ``xmr`` commands print it, and exit status 1. Raised as it is, the error would reach the
+    user inside an InputFunctionException of whichever rule asked first, with a traceback; SystemExit passes
+    through Snakemake's handling of input-function errors."""
+
+    @functools.wraps(func)
+    def stopping(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except XmrError as e:
+            print(f"xmr workflow: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+
+    return stopping
 
 
 # --- a run's config ---------------------------------------------------------------------------------------------
@@ -105,10 +164,13 @@ def parse_result(dataset: str, result: str, config_dir: str | Path = "config") -
 
 def requested_target_error(targets: Iterable[str], config_dir: str | Path = "config") -> str | None:
     """xmr's one line for the first results target asked for on the command line that names no recipe,
-    experiment variant or benchmark run (a typo: ``results/synth/vsep.json``), checked when the Snakefile is
-    read, before Snakemake's DAG would wrap the same error in a dozen lines of InputFunctionException."""
+    experiment variant or benchmark run (a typo: ``results/synth/vsep.json``), or whose dataset config does not
+    load (``config/datasets/{dataset}.yaml``: a bad key, files outside a ``source:`` root), checked when the
+    Snakefile is read, before Snakemake's DAG would wrap the same error in a dozen lines of
+    InputFunctionException. A broken dataset config stops its own targets only."""
     import re
 
+    from xmr.config import load_dataset_config
     from xmr.layout import result_pattern, split_results_target
 
     pattern = re.compile(result_pattern(config_dir=config_dir))
@@ -118,6 +180,7 @@ def requested_target_error(targets: Iterable[str], config_dir: str | Path = "con
             continue
         try:
             parse_result(*parts, config_dir)
+            load_dataset_config(parts[0], config_dir)
         except XmrError as e:
             return str(e)
     return None

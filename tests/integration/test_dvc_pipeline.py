@@ -1,20 +1,25 @@
 """DVC around the Snakemake pipeline, in a temp git repository made from a copy of this one (tiny synth sizes):
-one `dvc repro` of the demo's stages (train@synth-dvse, rerank@synth-dvse_fr) and vsepp's; `dvc metrics show`,
-`dvc plots show`, `dvc params diff` with content; `dvc exp run -S` on one recipe's parameter retraining that
-recipe only; a `dvc push` / `dvc pull` round trip through the default remote after which `make sync` leaves
-Snakemake nothing to do. No assertion depends on what synth training reaches (only on files and their
-agreement), so changes to the synth generator and recipes do not break it."""
+`make demo`'s Snakemake targets, stopped once by Ctrl-C while DVSE trains and run again (the training log keeps
+both runs' epochs), then `dvc repro` of the demo's stages (train@synth-dvse, rerank@synth-dvse_fr), which has
+nothing to rebuild, and of vsepp's; `dvc metrics show`, `dvc plots show`, `dvc params diff` with content;
+`dvc exp run -S` on one recipe's parameter retraining that recipe only; a `dvc push` / `dvc pull` round trip
+through the default remote after which `make sync` leaves Snakemake nothing to do. No assertion depends on what
+synth training reaches (only on files and their agreement), so changes to the synth generator and recipes do not
+break it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from .helpers import BIN, copy_repo, make_tiny, run, tool_env
+from .helpers import BIN, REPO, copy_repo, make_tiny, run, stop_group, tool_env
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +30,8 @@ TARGETS = ["results/synth/vsepp.json", "results/synth/dvse.json", "results/synth
 METRICS = [t.replace(".json", ".metrics.json") for t in TARGETS]  # the compact files DVC shows as metrics
 RUN_FILES = ("best.pt", "config.yaml", "train.json", "test_sims.npy", "history.csv")  # what a train stage tracks
 VSEPP = "config/recipes/synth/vsepp.yaml"
+DEMO_STAGES = ("train@synth-dvse", "rerank@synth-dvse_fr")
+DEMO_FILES = ("data/synth", "features/synth", "runs/synth/dvse", "results/synth")  # what the demo writes
 
 
 def dvc(*args: str) -> list[str]:
@@ -52,13 +59,39 @@ def flat_numbers(doc: dict, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def demo_targets() -> list[str]:
+    """The Snakemake targets `make demo` builds (the Makefile's DEMO_TARGET)."""
+    line = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("DEMO_TARGET ?="))
+    return line.split("?=", 1)[1].split()
+
+
+def mtimes(root: Path, tops: tuple[str, ...]) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for top in tops for p in sorted((root / top).rglob("*"))
+            if p.is_file()}
+
+
+def run_demo_with_one_ctrl_c(root: Path, env: dict[str, str]) -> None:
+    """`make demo`'s Snakemake run, stopped by Ctrl-C (SIGINT to its process group, as a terminal sends it) once
+    DVSE has finished its first epoch, then the same command again to its end, with --rerun-incomplete, as
+    Snakemake asks after a Ctrl-C (the SLURM profile always adds it)."""
+    demo = [str(BIN / "snakemake"), "--cores", "2", *demo_targets()]
+    log, last = root / "logs" / "train" / "synth_dvse.log", root / "runs" / "synth" / "dvse" / "last.pt"
+    proc = subprocess.Popen(demo, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 600
+    while not (last.exists() and log.exists() and "epoch 1/" in log.read_text()):
+        if proc.poll() is not None or time.time() > deadline:
+            raise AssertionError(f"the demo ended before DVSE's first epoch:\n{stop_group(proc)[-3000:]}")
+        time.sleep(0.05)
+    (root.parent / "interrupted_output.txt").write_text(stop_group(proc))
+    run([*demo, "--rerun-incomplete"], root, env, timeout=900)
+
+
 def shrink_dvc_yaml(root: Path) -> None:
-    """Keep the stages of the tiny recipes (the copy trains only those): the demo's two and vsepp; the data stage
-    builds the features those read (not RRF's HGLMM caption features: a quarter of a `dvc repro` here)."""
+    """Keep the stages of the tiny recipes (the copy trains only those): the demo's two and vsepp, and the data
+    stages (RRF's HGLMM caption features too, until :func:`drop_text_features_stage`)."""
     path = root / "dvc.yaml"
     doc = yaml.safe_load(path.read_text())
-    data = doc["stages"]["data"]["do"]
-    data["cmd"] = " ".join(w for w in data["cmd"].split() if "/hglmm/" not in w)
     for var in doc["vars"]:
         if "train" in var:
             var["train"] = {k: v for k, v in var["train"].items() if v["dataset"] == "synth" and v["recipe"] in RECIPES}
@@ -71,9 +104,19 @@ def shrink_dvc_yaml(root: Path) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
+def drop_text_features_stage(root: Path) -> None:
+    """No stage of the copy reads RRF's HGLMM caption features: building them would be a quarter of a `dvc repro`."""
+    path = root / "dvc.yaml"
+    doc = yaml.safe_load(path.read_text())
+    del doc["stages"]["text_features"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
 @pytest.fixture(scope="module")
 def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
-    """A git repo of the project (tiny synth), reproduced with `dvc repro` and committed with its dvc.lock."""
+    """A git repo of the project (tiny synth): the demo (one Ctrl-C, then run again), `dvc repro` of the demo's
+    stages right after it (twice: outputs in demo_repro_*.txt, the demo's files' mtimes before and after in
+    demo_mtimes.json), then `dvc repro` of everything, committed with its dvc.lock."""
     root = copy_repo(module_tmp("dvc") / "repo")
     make_tiny(root, RECIPES)
     shrink_dvc_yaml(root)
@@ -81,6 +124,14 @@ def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
     run(["git", "init", "-q", "-b", "main"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-q", "-m", "project"], root, env)
+    run_demo_with_one_ctrl_c(root, env)
+    before = mtimes(root, DEMO_FILES)
+    for name in ("first", "again"):
+        out = run(dvc("repro", *DEMO_STAGES), root, env, timeout=900).stdout
+        (root.parent / f"demo_repro_{name}.txt").write_text(out)
+    (root.parent / "demo_mtimes.json").write_text(json.dumps({"before": before, "after": mtimes(root, DEMO_FILES)}))
+    drop_text_features_stage(root)
+    run(["git", "commit", "-q", "-am", "no RRF"], root, env)
     repro = run(dvc("repro"), root, env, timeout=900)
     (root.parent / "repro_output.txt").write_text(repro.stdout + repro.stderr)  # what the terminal showed
     run(["git", "add", "dvc.lock"], root, env)
@@ -88,6 +139,34 @@ def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
     status = run(dvc("status"), root, env).stdout
     assert "Data and pipelines are up to date." in status, status
     return root, env
+
+
+def test_a_demo_stopped_by_ctrl_c_keeps_both_runs_epochs_in_its_training_log(dvc_repo):
+    """`xmr train --log` appends to logs/train/*.log: the first run's epoch 1, the line saying the run resumed, then
+    the rest (as the rule's `log:`, Snakemake deleted the file before the rerun, and the first epochs were gone)."""
+    root, _ = dvc_repo
+    lines = (root / "logs/train/synth_dvse.log").read_text().splitlines()
+    epochs = [i for i, ln in enumerate(lines) if re.match(r"epoch \d+/2 ", ln) and "step=" not in ln]
+    assert [lines[i].split()[1] for i in epochs] == ["1/2", "2/2"], lines
+    (resumed,) = [i for i, ln in enumerate(lines) if ln.startswith("==== resuming runs/synth/dvse after epoch ")]
+    after = int(lines[resumed].split()[-2])  # Ctrl-C came after epoch 1 (or, rarely, right after epoch 2)
+    assert epochs[after - 1] < resumed and all(resumed < i for i in epochs[after:]), lines
+
+
+def test_dvc_repro_of_the_demos_stages_right_after_the_demo_rebuilds_nothing(dvc_repo):
+    """`dvc repro train@synth-dvse rerank@synth-dvse_fr` after `make demo` built RRF's HGLMM caption features (the
+    data stage's) and re-evaluated dvse_fr (DVC had written the run's files again, newer than dvse_fr.json)."""
+    root, _ = dvc_repo
+    first = (root.parent / "demo_repro_first.txt").read_text()
+    for stage in ("data@synth", *DEMO_STAGES):  # each runs its Snakemake targets, which are up to date
+        assert f"Running stage '{stage}'" in first, first[-3000:]
+    assert "text_features@synth" not in first and "hglmm" not in first, first[-3000:]
+    assert first.count("Nothing to be done") == 3 and not re.search(r"^(local)?rule \w+:", first, flags=re.M), first
+    stamps = json.loads((root.parent / "demo_mtimes.json").read_text())
+    assert stamps["after"] == stamps["before"] and "results/synth/dvse_fr.json" in stamps["before"]
+    assert not any("hglmm" in f for f in stamps["after"])
+    again = (root.parent / "demo_repro_again.txt").read_text()
+    assert "Data and pipelines are up to date." in again and "Running stage" not in again, again
 
 
 def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
@@ -169,7 +248,9 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
         # docs/pipeline.md's compact form: only the columns that differ (the full table is every recipe's params)
         full, compact = (run(dvc("exp", "show", "--csv", *extra), root, env).stdout.splitlines()[0].split(",")
                          for extra in ((), ("--only-changed",)))
-        assert any(c.endswith(":optim.lr") for c in compact) and len(compact) < 40 < len(full), (len(full), compact)
+        # (DVC names a column by its key alone where no other params file of the table has that key)
+        assert any(c.split(":")[-1] == "optim.lr" for c in compact) and len(compact) < 40 < len(full), (len(full),
+                                                                                                    compact)
         import mlflow
 
         client = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"])

@@ -126,7 +126,7 @@ def test_dry_run_plans_coco_without_slurm(tmp_path):
     assert set(blocks) == {"link_dataset", "extract", "train", "score", "evaluate"}  # the full COCO chain
     assert "output: data/coco/dataset_coco.json" in blocks["link_dataset"]
     assert len(re.findall(r"rule extract:", out)) == 3  # train, val, test features
-    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["resources"]["default"]
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["resources"]["gpu_cluster"]  # coco's
     train = blocks["train"]
     for key in ("mem_mb", "runtime", "cpus_per_task", "gpu"):
         assert f"{key}={cfg['train'][key]}" in train, key

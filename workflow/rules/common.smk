@@ -7,10 +7,10 @@ from xmr.doctor import workflow_preflight
 from xmr.tracking import warn_cluster_sqlite
 from xmr.jobs import extract_workers, job_resource, train_job
 from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
-from xmr.workflow_inputs import (AFTER_FAILURE, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
+from xmr.workflow_inputs import (after_failure, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
                                  precomputed_backbone_pattern, precomputed_import, parse_result,
                                  requested_target_error, rerank_inputs, rerank_options, run_config, run_inputs,
-                                 run_split_inputs,
+                                 run_split_inputs, stop_on_xmr_error,
                                  validate_workflow_config)
 
 min_version("9.0")
@@ -35,7 +35,8 @@ onstart:
 
 
 onerror:
-    print(AFTER_FAILURE, file=sys.stderr)
+    # each failed job's error line from its log (Snakemake names only the log file), then what to do after a kill
+    print(after_failure(workflow), file=sys.stderr)
 
 
 # The same interpreter that runs Snakemake runs xmr (works with a venv, conda env or module).
@@ -69,6 +70,7 @@ def run_key(wc):
 
 
 @lru_cache(maxsize=None)
+@stop_on_xmr_error  # a recipe's bad key: xmr's one line, whichever rule's input function asks first
 def config_of(key):
     # one resolution per run while Snakemake plans (its input functions ask for each run many times)
     return run_config(key)
@@ -97,6 +99,7 @@ def train_res(key):
     return f
 
 
+@stop_on_xmr_error
 def result_key(wc):
     # preflight (`xmr doctor`): a real dataset's target reports what is missing when it is first planned
     if "/" not in wc.result:

@@ -9,11 +9,12 @@ rule train:
     output:
         ckpt="runs/{dataset}/{run}/best.pt",
         summary="runs/{dataset}/{run}/train.json",
-    log:
-        "logs/train/{dataset}_{run}.log",
     threads: train_res("threads")
     params:
         launch=train_res("launch"),
+        # the training's log, appended by `xmr train --log` (the epochs before a Ctrl-C or a kill stay above the
+        # resumed run's); not a `log:`, which Snakemake deletes before each run of the job
+        log="logs/train/{dataset}_{run}.log",
     resources:
         gpu=train_res("gpu"),
         gres=train_res("gres"),
@@ -25,8 +26,8 @@ rule train:
         runtime=train_res("runtime"),
         cpus_per_task=train_res("cpus_per_task"),
     shell:
-        # the epoch lines go to the terminal too (make demo is not silent while it trains); pipefail keeps the status
-        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress 2>&1 | tee {log}"
+        # the epoch lines go to the terminal too (make demo is not silent while it trains)
+        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress --log {params.log}"
 
 
 # A recipe with a checkpoint: section names a published model instead of a training run: its run directory is

@@ -51,7 +51,7 @@ def summary(m: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from xmr.config import parse_assignments
     from xmr.errors import XmrError
-    from xmr.io import load_array, write_json
+    from xmr.io import load_array
 
     embeddings = [f"--{k}" for k in ("images", "captions") if getattr(args, k)]
     if bool(args.sims) == bool(embeddings):
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
                             rerank=args.rerank, rerank_params=params, ties=args.ties,
                             rerank_defaults=args.rerank_defaults, rerank_rows=rows, device=args.device,
                             timing=args.timing, **labels)
-    write_json(args.out, metrics)
+    from xmr.results import write_results
+
+    write_results(metrics, args.out)
     print(summary(metrics))
     return 0

@@ -7,30 +7,29 @@ HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both
 
 
 def add_arguments(p):
-    p.add_argument("results", nargs="+", help="results/{dataset}/{target}.json files, folders (every results "
-                   "file in them, e.g. results/synth/), run directories (runs/{dataset}/{recipe}/, or their "
-                   "train.json: how training went, epoch by epoch), or folders of runs (runs/synth/, runs/: one "
-                   "row per run)")
+    p.add_argument("results", nargs="+", help="results files (results/{dataset}/{target}.json and their "
+                   ".metrics.json; what xmr evaluate and xmr test write, a --reranks file one row per re-ranker), "
+                   "folders (every results file in them, e.g. results/synth/), run directories "
+                   "(runs/{dataset}/{recipe}/, or their train.json: how training went, epoch by epoch), or folders "
+                   "of runs (runs/synth/, runs/: one row per run)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
 
 
-def _is_results(doc) -> bool:
-    """What ``xmr evaluate``/``xmr test`` write: a protocol and the retrieval metrics."""
-    return isinstance(doc, dict) and "protocol" in doc and isinstance(doc.get("i2t"), dict)
-
-
 def _is_results_file(path) -> bool:
+    """A full results file (:func:`xmr.report.tables.results_kind`: one evaluation, or one per re-ranker)."""
+    from xmr.report.tables import results_kind
+
     try:
-        return _is_results(json.loads(path.read_bytes().decode("utf-8")))
+        return results_kind(json.loads(path.read_bytes().decode("utf-8"))) in ("results", "by_rerank")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
 
 
 def expand_folders(paths: list[str]) -> list[str]:
-    """A folder stands for the results files in it (sorted by name; its other JSON files, such as DVC's
-    ``*.metrics.json``, are left out). Named files are checked (:func:`check_results_files`); a folder's already
-    were, by the filter."""
+    """A folder stands for the results files in it (sorted by name; ``--reranks`` files too, but not DVC's
+    ``*.metrics.json``, which repeat their full file's numbers, nor its other JSON files). Named files are read as
+    they are (:func:`xmr.report.tables.results_in`: one line for a file that holds no results)."""
     from pathlib import Path
 
     from xmr.errors import XmrError
@@ -38,7 +37,6 @@ def expand_folders(paths: list[str]) -> list[str]:
     out = []
     for p in paths:
         if not Path(p).is_dir():
-            check_results_files([p])
             out.append(p)
             continue
         found = [str(f) for f in sorted(Path(p).glob("*.json")) if _is_results_file(f)]
@@ -48,25 +46,6 @@ def expand_folders(paths: list[str]) -> list[str]:
                            f"xmr test; runs/{{dataset}}/{{recipe}}/ by xmr train)")
         out += found
     return out
-
-
-def check_results_files(paths: list[str]) -> None:
-    """One line, not a traceback, for a file that is not a results JSON (a train.json, a .npy, a config): what
-    ``xmr show`` reads are the files of ``xmr evaluate``/``xmr test`` and the workflow's results/{dataset}/*.json."""
-    from xmr.errors import XmrError
-
-    hint = "xmr show reads results files (results/{dataset}/{target}.json, or the --out of xmr evaluate / xmr test)"
-    for p in paths:
-        try:
-            with open(p, "rb") as f:
-                doc = json.loads(f.read().decode("utf-8"))
-        except FileNotFoundError:
-            raise XmrError(f"{p}: file not found") from None
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise XmrError(f"{p}: not a JSON file; {hint}") from None
-        if not _is_results(doc):
-            what = "a run's train.json" if isinstance(doc, dict) and "best_epoch" in doc else "not a results file"
-            raise XmrError(f"{p}: {what} (no retrieval metrics); {hint}")
 
 
 def _is_run(path: str) -> bool:

@@ -16,6 +16,9 @@ def add_arguments(p):
     p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
     p.add_argument("--no-resume", action="store_true", help="start over even if OUT_DIR/last.pt exists")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--log", metavar="FILE",
+                   help="also append everything this command prints to FILE (the workflow's logs/train/...): a "
+                        "training resumed after Ctrl-C or a kill keeps its earlier epochs above its own")
     p.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                    help="DDP processes (GPUs) per node; > 1 starts them with --launcher (xmr/train/distributed.py)")
     p.add_argument("--nnodes", type=int, default=1, metavar="M", help="nodes (several need SLURM)")
@@ -44,6 +47,10 @@ def _source(args) -> list[str]:
 
 
 def run(args):
+    if args.log:
+        from xmr.progress import append_output_to
+
+        append_output_to(args.log)
     source = _source(args)  # before torch is imported: a wrong combination of options fails at once
     from xmr.train import distributed
 
@@ -52,6 +59,7 @@ def run(args):
         child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
+        child += ["--log", args.log] if args.log else []  # each process appends what it prints
         from xmr.run_lock import launcher_run_lock
 
         with launcher_run_lock(args.out_dir):  # one lock per training: the children's rank 0 takes none

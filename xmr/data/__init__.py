@@ -1,4 +1,5 @@
-"""Datasets: readers for the real formats (Karpathy JSON, CUB, precomputed layouts) and the synthetic set.
+"""Datasets: readers for the real formats (Karpathy JSON, caption tables in CSV/TSV, CUB, precomputed layouts) and
+the synthetic set.
 
 Each reader module registers itself in ``DATASET_READERS`` and is discovered automatically.
 """

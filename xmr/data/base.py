@@ -31,6 +31,8 @@ class CaptionedSplit:
     tokens: list[list[str]] | None = None
     image_labels: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: where each image is listed, ``<annotation file> <entry>`` (``images[3]``, ``line 7``), for error messages
+    image_sources: list[str] | None = None
 
     @property
     def num_images(self) -> int:
@@ -57,14 +59,30 @@ class CaptionedSplit:
         if len(self.image_paths) != self.num_images:
             raise XmrError(f"dataset {self.name} split {self.split}: no image files (a features-only dataset); "
                            f"{without_images}")
-        missing = [p for p in self.image_paths if not Path(p).exists()]
-        if missing:
-            raise XmrError(f"{missing[0]}: image not found ({len(missing)} of {self.num_images} missing in split "
-                           f"{self.split}); check the dataset's `images:` folder")
+        message = self.missing_images_message()
+        if message:
+            raise XmrError(message)
+
+    def missing_images_message(self) -> str | None:
+        """None when every listed image file is on disk, else one line naming the first missing file, where the
+        annotation file lists it and what to do."""
+        missing = [i for i, p in enumerate(self.image_paths) if not Path(p).exists()]
+        if not missing:
+            return None
+        first = missing[0]
+        listed = f"listed at {self.image_sources[first]}; " if self.image_sources else ""
+        return (f"{self.image_paths[first]}: image not found ({listed}{len(missing)} of {self.num_images} images of "
+                f"split {self.split} missing); put the file there, or correct that entry or `images:` in "
+                f"config/datasets/{self.name}.yaml")
 
     @property
     def caption_labels(self) -> np.ndarray | None:
         return None if self.image_labels is None else self.image_labels[self.caption_image]
+
+
+def images_folder(dataset_cfg: dict) -> Path:
+    """The folder an annotation file's image paths are relative to: ``images:``, else the annotation file's own."""
+    return Path(dataset_cfg.get("images") or Path(dataset_cfg["annotations"]).parent)
 
 
 def load_split(dataset_cfg: dict, split: str) -> CaptionedSplit:

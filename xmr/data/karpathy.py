@@ -1,7 +1,9 @@
 """Reader for the Karpathy split JSON used by COCO, Flickr30K (``dataset_{coco,flickr30k}.json``) and ``synth``.
 
-Format: ``{"images": [{"filename", "filepath"?, "split", "imgid", "cocoid"?, "sentids", "sentences": [{"raw",
-"tokens", "imgid", "sentid"}], "label"?, "objects"?}]}``.
+Format: ``{"images": [{"filename", "filepath"?, "split", "imgid"?, "cocoid"?, "sentids"?, "sentences": [{"raw",
+"tokens"?, "imgid"?, "sentid"?}], "label"?, "objects"?}]}``. Only ``filename``, ``split`` and ``sentences[].raw``
+are required (a dataset of your own needs no more; docs/datasets.md "Your own dataset"): without ``cocoid`` or
+``imgid`` the image id is the file name, without ``tokens`` the raw text is tokenised (:func:`tokenize`).
 
 - COCO (``dataset_coco.json``, 123,287 images): ``filepath`` is ``train2014`` or ``val2014`` (images live at
   ``<images>/<filepath>/<filename>``); ``cocoid`` is the COCO image id and becomes xmr's image id (it is what
@@ -26,11 +28,11 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Container
+from typing import Callable, Container
 
 import numpy as np
 
-from xmr.data.base import DATASET_READERS, CaptionedSplit
+from xmr.data.base import DATASET_READERS, CaptionedSplit, images_folder
 from xmr.errors import XmrError
 from xmr.io import require_file
 
@@ -79,14 +81,30 @@ def image_id(img: dict) -> str:
     return str(img["filename"])
 
 
+#: names an entry of an annotation file in errors: ``(image index, caption index or None) -> "images[3].sentences[1]"``
+Place = Callable[[int, "int | None"], str]
+
+
+def karpathy_place(i: int, j: int | None = None) -> str:
+    return f"images[{i}]" + ("" if j is None else f".sentences[{j}]")
+
+
 @DATASET_READERS.register("karpathy")
 def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
     ann = require_file(cfg["annotations"], cfg.get("obtain", "see docs/datasets.md"))
-    images = read_karpathy_json(ann)
+    return split_of_images(cfg, split, ann, read_karpathy_json(ann), karpathy_place, "sentence")
+
+
+def split_of_images(cfg: dict, split: str, ann: Path, images: list[dict], place: Place,
+                    caption_entry: str) -> CaptionedSplit:
+    """The :class:`CaptionedSplit` of ``split`` from Karpathy-style image records (``filename``, ``split``,
+    ``sentences[].raw``, optional fields as in the module docstring): the one assembly of the Karpathy and the
+    caption-table readers. ``place`` names an image or caption entry of ``ann`` in errors; ``caption_entry`` is
+    what a caption is in that file (``sentence``, ``row``)."""
     wanted = cfg.get("splits", {}).get(split, [split])
     c = int(cfg["captions_per_image"])
-    image_root = Path(cfg["images"])
-    ids, paths, caps, toks, labels, boxes = [], [], [], [], [], []
+    image_root = images_folder(cfg)
+    ids, paths, caps, toks, labels, boxes, sources = [], [], [], [], [], [], []
     img_subsets: list[list[str]] = []
     cap_subsets: list[list[str]] = []
     seen: dict[str, int] = {}
@@ -95,15 +113,20 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
             continue
         sents = img["sentences"]
         if len(sents) < c:
-            raise XmrError(f"{ann}: images[{i}] ({img['filename']}) has {len(sents)} captions, fewer than "
-                           f"captions_per_image={c}")
+            raise XmrError(f"{ann}: {place(i, None)} ({img['filename']}) has {len(sents)} captions, fewer than "
+                           f"captions_per_image={c}; add captions or lower captions_per_image in "
+                           f"config/datasets/{cfg['name']}.yaml")
         iid = image_id(img)
         if iid in seen:
-            raise XmrError(f"{ann}: images[{i}] repeats image id {iid} of images[{seen[iid]}]")
+            raise XmrError(f"{ann}: {place(i, None)} repeats image id {iid} of {place(seen[iid], None)}")
         seen[iid] = i
         ids.append(iid)
         paths.append(image_root / img.get("filepath", "") / img["filename"])
-        for s in sents[:c]:
+        sources.append(f"{ann} {place(i, None)}")
+        for j, s in enumerate(sents[:c]):
+            if not s["raw"].strip():  # an empty caption would train and rank as a query of no words
+                raise XmrError(f"{ann}: {place(i, j)}: empty caption (image {img['filename']}); write the caption "
+                               f"or delete that {caption_entry}")
             caps.append(s["raw"].strip())
             toks.append(s.get("tokens") or tokenize(s["raw"]))
             cap_subsets.append(list(s.get("subsets") or []))
@@ -113,8 +136,8 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
             boxes.append(np.asarray([o["box"] for o in img["objects"]], dtype=np.float32).reshape(-1, 4))
     if not ids:
         present = sorted({img["split"] for img in images})
-        raise XmrError(f"{ann}: no images in split {split!r} (Karpathy splits used: {wanted}; the file has "
-                       f"{present}); check `splits:` in the dataset config")
+        raise XmrError(f"{ann}: no images in split {split!r} (source splits read: {wanted}; the file has "
+                       f"{present}); check `splits:` in config/datasets/{cfg['name']}.yaml")
     lab = np.asarray(labels, dtype=np.int64)
     extra: dict = {"boxes": boxes} if len(boxes) == len(ids) else {}
     names = sorted({n for sub in img_subsets + cap_subsets for n in sub})
@@ -131,6 +154,7 @@ def read_karpathy_split(cfg: dict, split: str) -> CaptionedSplit:
         tokens=toks,
         image_labels=lab if (lab >= 0).all() else None,
         extra=extra,
+        image_sources=sources,
     )
 
 

@@ -4,7 +4,8 @@ COCO, Flickr30K and CUB cannot be downloaded by the pipeline (licences, size, an
 clusters). A cluster usually keeps one shared copy; ``source:`` in ``config/datasets/{name}.yaml`` (or
 ``xmr link-dataset --source DIR``) names it, laid out like ``data/{name}/`` (docs/datasets.md), and each of
 its top-level entries is symlinked into the dataset's ``root``. This is also what lets ``snakemake -n`` plan a
-real dataset's whole chain: the rule that provides the annotations file runs this.
+real dataset's whole chain: the rule that provides the annotations file runs this. A dataset whose files lie
+outside its ``root`` (or that has none) is read where its config points; there is nothing to link.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from pathlib import Path
 from xmr.errors import XmrError
 
 
-def _relative_to_root(ds_cfg: dict, key: str) -> Path:
-    root, path = Path(ds_cfg["root"]), Path(ds_cfg[key])
-    try:
-        return path.relative_to(root)
-    except ValueError:
-        raise XmrError(f"dataset {ds_cfg['name']}: {key}: {path} is not under root {root}; "
-                       f"link it yourself or move `root`") from None
+def path_under_root(ds_cfg: dict, key: str) -> Path | None:
+    """``ds_cfg[key]`` relative to the dataset's ``root``; None when there is no root or the file lies outside it
+    (read where it is: nothing to link)."""
+    if not ds_cfg.get("root") or not ds_cfg.get(key):
+        return None
+    root, path = Path(os.path.abspath(ds_cfg["root"])), Path(os.path.abspath(ds_cfg[key]))
+    return path.relative_to(root) if path.is_relative_to(root) else None
 
 
 def link_dataset(ds_cfg: dict, source: str | os.PathLike | None = None) -> list[Path]:
@@ -31,17 +32,23 @@ def link_dataset(ds_cfg: dict, source: str | os.PathLike | None = None) -> list[
     name = ds_cfg["name"]
     annotations = Path(ds_cfg["annotations"])
     src = source if source is not None else ds_cfg.get("source")
+    wanted = path_under_root(ds_cfg, "annotations")
+    if src is not None and wanted is None:
+        raise XmrError(f"dataset {name}: annotations: {annotations} is not under root {ds_cfg.get('root')}, where a "
+                       f"source folder is linked; set annotations: under root, or drop the source to read the file "
+                       f"where it is")
     if src is None:
         if annotations.exists():
             return []
-        raise XmrError(f"{annotations}: not found; {ds_cfg.get('obtain', 'place the dataset under ' + ds_cfg['root'])}"
-                       f", or set `source:` in config/datasets/{name}.yaml to a folder laid out like "
-                       f"{ds_cfg['root']}/ (docs/datasets.md)")
+        obtain = ds_cfg.get("obtain", f"put it there or set `annotations:` in config/datasets/{name}.yaml")
+        if wanted is None:  # no root, or a file outside it: read where it is, never linked
+            raise XmrError(f"{annotations}: not found; {obtain} (docs/datasets.md)")
+        raise XmrError(f"{annotations}: not found; {obtain}, or set `source:` in config/datasets/{name}.yaml to a "
+                       f"folder laid out like {ds_cfg['root']}/ (docs/datasets.md)")
     src = Path(src).expanduser()
     if not src.is_dir():
         raise XmrError(f"dataset {name}: source {src}: not a folder; set `source:` in config/datasets/{name}.yaml "
-                       f"to the folder holding {annotations.relative_to(ds_cfg['root'])}")
-    wanted = _relative_to_root(ds_cfg, "annotations")
+                       f"to the folder holding {wanted}")
     if not (src / wanted).exists():
         raise XmrError(f"dataset {name}: {src / wanted}: not found in the source folder; "
                        f"{ds_cfg.get('obtain', 'see docs/datasets.md')}")
@@ -63,16 +70,21 @@ def link_dataset(ds_cfg: dict, source: str | os.PathLike | None = None) -> list[
 
 
 def linkable_annotations(config_dir: str | os.PathLike = "config") -> dict[str, str]:
-    """Dataset name -> annotations path relative to its root, for every real (not generated) dataset config:
-    the files the Snakemake rule ``link_dataset`` provides."""
+    """Dataset name -> annotations path relative to its root, for every real (not generated) dataset config whose
+    annotations lie under its root: the files the Snakemake rule ``link_dataset`` provides. Read when the
+    workflow is parsed, so a config that does not load is left out here: its error comes when one of its targets
+    is asked for (:func:`xmr.workflow_inputs.requested_target_error`), not for every target."""
     from xmr.config import load_dataset_config
 
     out = {}
     for path in sorted((Path(config_dir) / "datasets").glob("*.yaml")):
-        cfg = load_dataset_config(str(path), config_dir)
-        if "generate" in cfg or "annotations" not in cfg or "root" not in cfg:
+        try:
+            cfg = load_dataset_config(str(path), config_dir)
+        except XmrError:
             continue
-        out[cfg["name"]] = str(_relative_to_root(cfg, "annotations"))
+        wanted = None if "generate" in cfg else path_under_root(cfg, "annotations")
+        if wanted is not None:
+            out[cfg["name"]] = str(wanted)
     return out
 
 

@@ -1,6 +1,6 @@
 """Results tables (Markdown / CSV) from ``results/{dataset}/*.json``.
 
-``result_rows`` reads results files (one row each: the headline protocol); ``markdown_table``/``csv_table``
+``result_rows`` reads results files (a row per evaluation: the headline protocol); ``markdown_table``/``csv_table``
 format rows; ``write_summary`` writes ``summary.{json,md,csv}`` (the ``summary`` rule; ``summary.md`` is the
 README table: method, R@1/5/10 both directions, RSUM and training time).
 """
@@ -62,27 +62,90 @@ def metric_row(metrics: dict) -> dict[str, Any]:
     return row
 
 
+def results_kind(doc: Any) -> str | None:
+    """What a results file that xmr writes holds: ``results`` (``xmr test``, ``xmr evaluate``: a headline protocol
+    and its metrics), ``by_rerank`` (``xmr test --reranks``, a benchmark run's file: one results dict per
+    re-ranker), ``metrics`` (the compact file of ``--metrics-out``: protocol -> recalls and RSUM) or
+    ``metrics_by_rerank`` (that file of a ``--reranks`` evaluation: re-ranker -> protocol -> ...); None for
+    anything else (a run's train.json, a config)."""
+    if not isinstance(doc, dict) or not doc:
+        return None
+    if "protocol" in doc and isinstance(doc.get("i2t"), dict):
+        return "results"
+    by = doc.get("by_rerank")
+    if isinstance(by, dict) and by and all(results_kind(r) == "results" for r in by.values()):
+        return "by_rerank"
+    if all(_is_compact(v) for v in doc.values()):
+        return "metrics"
+    if all(isinstance(v, dict) and v and all(_is_compact(m) for m in v.values()) for v in doc.values()):
+        return "metrics_by_rerank"
+    return None
+
+
+def _is_compact(metrics: Any) -> bool:
+    """One protocol's entry of a compact metrics file: both directions' recalls."""
+    return isinstance(metrics, dict) and isinstance(metrics.get("i2t"), dict) and isinstance(metrics.get("t2i"), dict)
+
+
+def results_in(path: str | os.PathLike) -> list[tuple[str, dict]]:
+    """``(target, results)`` for each evaluation a results file holds (:func:`results_kind`): the file itself, each
+    re-ranker of a ``by_rerank`` file (with the run's identity), or a compact file's protocols (named by the file,
+    ``dvse_fr.metrics.json`` -> ``dvse_fr``). A file of no run (``xmr evaluate --out M.json``) is named by the file
+    too. A file of any other kind is a one-line error naming it."""
+    from xmr.errors import XmrError
+
+    doc = read_json(path)
+    kind = results_kind(doc)
+    name = Path(path).name.removesuffix(".json").removesuffix(".metrics")
+    if kind == "results":
+        return [(_target(doc, name), doc)]
+    if kind == "by_rerank":
+        identity = {k: v for k, v in doc.items() if k != "by_rerank"}
+        runs = [{**identity, **res, "rerank": rerank} for rerank, res in _plain_first(doc["by_rerank"])]
+        return [(_target(r, name), r) for r in runs]
+    if kind == "metrics":
+        return [(name, {"protocol": next(iter(doc)), "protocols": doc})]
+    if kind == "metrics_by_rerank":
+        return [(_with_rerank(name, rerank), {"protocol": next(iter(by)), "protocols": by, "rerank": rerank})
+                for rerank, by in _plain_first(doc)]
+    what = "a run's train.json" if isinstance(doc, dict) and "best_epoch" in doc else "not a results file"
+    raise XmrError(f"{path}: {what} (no retrieval metrics); the results files are results/{{dataset}}/{{target}}.json "
+                   f"and their .metrics.json, and what xmr evaluate / xmr test write with --out / --metrics-out")
+
+
+def _target(result: dict, name: str) -> str:
+    """A row's name: the run's recipe with its re-ranker (``dvse_fr``), or the file's name for a file of no run."""
+    return _with_rerank(result["recipe"], result.get("rerank")) if "recipe" in result else name
+
+
+def _with_rerank(name: str, rerank: str | None) -> str:
+    return name if rerank in (None, "none") else f"{name}_{rerank}"
+
+
+def _plain_first(by_rerank: dict) -> list[tuple[str, Any]]:
+    """A file's evaluations by re-ranker, plain (``none``) first, then the others as the file has them (by name)."""
+    return sorted(by_rerank.items(), key=lambda item: item[0] != "none")
+
+
 def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike = RUNS_ROOT,
                 all_protocols: bool = False) -> list[dict]:
-    """One row per results file (its headline protocol), or per file x protocol with ``all_protocols``."""
+    """One row per evaluation of each results file (:func:`results_in`: a ``--reranks`` file gives one per
+    re-ranker) at its headline protocol, or per evaluation x protocol with ``all_protocols``."""
     rows = []
     for p in paths:
-        r = read_json(p)
-        rerank = r.get("rerank", "none") or "none"
-        if "recipe" in r:
-            target = r["recipe"] + ("" if rerank == "none" else f"_{rerank}")
-            secs = train_seconds(run_dir_of(r, runs_root))
-        else:  # `xmr evaluate --out M.json`: metrics of matrices, no run: named by its file
-            target, secs = Path(p).stem, None
-        protocols = r.get("protocols") or {r["protocol"]: r}
-        names = list(protocols) if all_protocols else [r["protocol"]]
-        for name in names:
-            rows.append({"dataset": r.get("dataset"), "target": target, "recipe": r.get("recipe"), "method": r.get("method"),
-                         "rerank": rerank, "protocol": name, **metric_row(protocols.get(name, r)),
-                         "train (min)": None if secs is None else secs / 60.0, "path": str(p),
-                         "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
-                         "test sim. std": _std_text(r.get("similarity_spread")),
-                         "set corr.": _set_text(r.get("set_statistics"))})
+        for target, r in results_in(p):
+            rerank = r.get("rerank", "none") or "none"
+            secs = train_seconds(run_dir_of(r, runs_root)) if "recipe" in r and "dataset" in r else None
+            protocols = r.get("protocols") or {r["protocol"]: r}
+            names = list(protocols) if all_protocols else [r["protocol"]]
+            for name in names:
+                rows.append({"dataset": r.get("dataset"), "target": target, "recipe": r.get("recipe"),
+                             "method": r.get("method"), "rerank": rerank, "protocol": name,
+                             **metric_row(protocols.get(name, r)),
+                             "train (min)": None if secs is None else secs / 60.0, "path": str(p),
+                             "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
+                             "test sim. std": _std_text(r.get("similarity_spread")),
+                             "set corr.": _set_text(r.get("set_statistics"))})
     return rows
 
 

@@ -353,8 +353,8 @@ def resume_state(run: TrainRun, resume: bool) -> tuple[TrainState, bool]:
            else "other input files (training features, text features, backbone weights or annotations)"
            if written.get("inputs_sha256") != run.inputs_sha else None)
     if why:
-        if ctx.is_main:  # always said: a restart must be visible in logs
-            print(f"{last} was trained with {why}: starting over", flush=True)
+        if ctx.is_main:  # always said: a restart must be visible in logs (a section line: the workflow appends)
+            print(f"==== {last} was trained with {why}: starting over ====", flush=True)
         return TrainState(), False
     ck = written if run.device.type == "cpu" else checkpoint_files.read_last(run.out, run.device)
     run.model.load_state_dict(ck["model"])
@@ -365,8 +365,8 @@ def resume_state(run: TrainRun, resume: bool) -> tuple[TrainState, bool]:
         print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
               f"global batch changes from {bs * written_by} to {bs * ctx.world_size} (train.batch_size is per "
               f"process)", flush=True)
-    if ctx.is_main:  # always said: a resumed run must be visible in logs
-        print(f"resuming {run.out} after epoch {state.epoch + 1}", flush=True)
+    if ctx.is_main:  # always said: a resumed run must be visible in logs, below its first epochs (the workflow appends)
+        print(f"==== resuming {run.out} after epoch {state.epoch + 1} ====", flush=True)
         best = run.out / checkpoint_files.BEST
         if state.best_epoch > 0 and not best.exists():
             # a kill between last.pt and best.pt, or Snakemake deleting best.pt as an incomplete output:
