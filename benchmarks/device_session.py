@@ -74,7 +74,8 @@ def demo_jobs() -> list[list[list[str]]]:
     test = ["test", "--run", "runs/synth/dvse", "--sims", "runs/synth/dvse/test_sims.npy", "--no-tracking"]
     metrics = ["--metrics-out", "results/synth/{}.metrics.json"]
     return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], feats,
-            [xmr("train", "--run", "runs/synth/dvse", "--no-progress", *NO_TRACKING)],
+            [xmr("train", "--run", "runs/synth/dvse", "--no-progress", "--log", "logs/train/synth_dvse.log",
+                 *NO_TRACKING)],
             [xmr("score", "--run", "runs/synth/dvse", "--out", "runs/synth/dvse/test_sims.npy", "--no-progress")],
             [xmr(*test, "--out", "results/synth/dvse.json", metrics[0], metrics[1].format("dvse")),
              xmr(*test, "--rerank", "fr", "--out", "results/synth/dvse_fr.json", metrics[0],

@@ -48,7 +48,7 @@ def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_de
     for line in r.stdout.splitlines():
         if line.startswith("Shell command:"):
             words = shlex.split(line.split(":", 1)[1])
-            end = next(i for i, w in enumerate(words) if w in (">", "2>&1", "|"))
+            end = next((i for i, w in enumerate(words) if w in (">", "2>&1", "|")), len(words))
             assert words[1:3] == ["-m", "xmr"], line
             planned.append(words[3:end])
     lane = [[w for w in job[3:] if w not in ("--no-tracking", "--set", "tracking.enabled=false")]

@@ -150,7 +150,7 @@ def test_readme_example_matches_xmr_score(runs, tmp_path, capsys):
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("## Inference API"):]
+    section = readme[readme.index("**The Python API**"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert 'xmr.load("runs/synth/dvse")' in code
     ns: dict = {}
