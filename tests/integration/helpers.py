@@ -76,6 +76,15 @@ def tool_env(root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` of a process a test stops with Ctrl-C: SIGINT back to its default action. A shell that starts
+    the suite in the background (``cmd &``, ``nohup``) starts it with SIGINT ignored, and an ignored signal stays
+    ignored in every process started below it: the test's Ctrl-C would then stop nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stop_group(proc: subprocess.Popen, grace: float = 30) -> str:
     """Stop a process started with ``start_new_session=True`` and everything it started: SIGINT to its process
     group (snakemake ignores SIGTERM while jobs run; SIGINT makes it cancel them), SIGKILL after ``grace``
