@@ -95,15 +95,17 @@ def vse_inf_model(vocab_words: list[str]):
 
     from xmr.run_config import load_run_config
     from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
-    from xmr.inference import build_model
+    from xmr.inference import model_from_config
+    from xmr.run_settings import run_settings
     from xmr.utils import seed_everything
 
     cfg = load_run_config(str(ROOT / "config" / "recipes" / "coco" / "vse_inf.yaml"), [])
     seed_everything(0)
-    model = build_model(cfg, 2048, vocab_words)
+    model = model_from_config(cfg, 2048, vocab_words)
     optimizer = build_optimizer(model, cfg["optim"])
     scaler = torch.amp.GradScaler("cuda", enabled=False)
-    step = TrainStep(model, TrainForward(model), optimizer, scaler, cfg, torch.device("cpu"), False, torch.float16)
+    step = TrainStep(model, TrainForward(model), optimizer, scaler, run_settings(cfg), cfg["optim"]["grad_clip"],
+                     torch.device("cpu"), False, torch.float16)
     return model, cfg, step
 
 
@@ -135,10 +137,11 @@ def eval_5k(split, feats, model, cfg) -> dict:
     import torch
 
     from xmr.evaluation import evaluate_sims
-    from xmr.inference import encode_split
+    from xmr.inference import encode_split_of
+    from xmr.run_settings import run_settings
 
     t0 = time.perf_counter()
-    img, cap = encode_split(model, cfg, split, feats, torch.device("cpu"))
+    img, cap = encode_split_of(model, run_settings(cfg), split, feats, torch.device("cpu"))
     t_enc = time.perf_counter() - t0
     t0 = time.perf_counter()
     with torch.no_grad():

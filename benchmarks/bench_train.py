@@ -57,7 +57,8 @@ from xmr.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
 from xmr.loaders import PairCollate  # noqa: E402
 from xmr.train.trainer import TrainForward, TrainStep, build_optimizer, host_sync_every  # noqa: E402
-from xmr.inference import build_model
+from xmr.inference import model_from_config
+from xmr.run_settings import run_settings
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
 VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")
@@ -277,13 +278,14 @@ def load_cfg(args, augment: bool) -> dict:
 
 def build_xmr(name: str, args, cfg: dict, vocab_words: list[str], samples_list, device: torch.device) -> Bench:
     seed_everything(cfg["train"]["seed"])
-    model = build_model(cfg, args.feature_dim, vocab_words).to(device)
+    model = model_from_config(cfg, args.feature_dim, vocab_words).to(device)
     model.train()
     optimizer = build_optimizer(model, cfg["optim"], fused=device.type == "cuda")  # as the trainer builds it
     use_amp, amp_dtype = amp_settings(cfg, device, args.amp)
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
     # the trainer's own step (xmr/train/trainer.py TrainStep); single process: the trainer's ctx.wrap is the identity
-    stepper = TrainStep(model, TrainForward(model), optimizer, scaler, cfg, device, use_amp, amp_dtype)
+    stepper = TrainStep(model, TrainForward(model), optimizer, scaler, run_settings(cfg), cfg["optim"]["grad_clip"],
+                        device, use_amp, amp_dtype)
     stepper.check_finite = host_sync_every(device) == 1  # as in train(): no host read of the loss per step on CUDA
     epoch, steps_per_epoch = int(cfg["loss"]["warmup_epochs"]), 1000  # first step after the VSE0 warm-up: hardest
 

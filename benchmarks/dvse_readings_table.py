@@ -27,6 +27,7 @@ def main() -> None:
     args = p.parse_args()
     from xmr.config import load_yaml
     from xmr.gallery_cache import read_set_statistics
+    from xmr.run_settings import run_settings
     from xmr.experiments import load_experiment
 
     exp = load_experiment(args.experiment)
@@ -37,12 +38,12 @@ def main() -> None:
             continue
         info = json.loads((run / "train.json").read_text())
         cfg = load_yaml(run / "config.yaml")
-        st = read_set_statistics(run, cfg, "val")  # None when missing or computed from another checkpoint
+        st = read_set_statistics(run, run_settings(cfg), "val")  # None when missing or computed from another checkpoint
         if st is None:
             with tempfile.TemporaryDirectory() as tmp:
                 subprocess.run([sys.executable, "-m", "xmr", "score", "--run", str(run), "--split", "val", "--out",
                                 f"{tmp}/val.npy", "--no-progress"], check=True)
-            st = read_set_statistics(run, cfg, "val")
+            st = read_set_statistics(run, run_settings(cfg), "val")
         rows.append({"reading": variant, "overrides": exp.variants[variant], "val_rsum": info["best_val_rsum"],
                      "epochs": info["epochs_trained"], "best_epoch": info["best_epoch"],
                      "ended": info.get("stopped_by"), "minutes": info["train_seconds"] / 60,

@@ -12,7 +12,7 @@ import torch
 from tests.fixtures.checkpoints.seeded import WORDS, imported_run_config, seeded_images, seeded_state
 from tests.test_checkpoint_pvse import feature_regions
 from xmr.checkpoints.pcme import read_pcme
-from xmr.inference import build_model
+from xmr.inference import model_from_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pcme"
 RECIPE = "recipes/coco/pcme.yaml"
@@ -21,7 +21,7 @@ RECIPE = "recipes/coco/pcme.yaml"
 def imported_model(tmp_path: Path, src: Path, options: dict):
     imp = read_pcme(src, None, options)
     cfg = imported_run_config(imp, RECIPE, tmp_path)
-    model = build_model(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
+    model = model_from_config(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
     model.load_state_dict(imp.state_dict, strict=True)
     return model.eval(), imp, cfg
 

@@ -13,7 +13,8 @@ import torch
 from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_images, seeded_state
 from xmr.checkpoints.pvse import read_pvse
 from xmr.errors import XmrError
-from xmr.inference import build_model
+from xmr.inference import model_from_config
+from xmr.run_settings import run_settings
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pvse"
 VOCAB = FIX / "vocab.pkl"
@@ -38,7 +39,7 @@ def ref_words() -> list[str]:
 def imported_model(tmp_path: Path, src: Path, options: dict, **sections):
     imp = read_pvse(src, VOCAB, options)
     cfg = imported_run_config(imp, RECIPE, tmp_path, **sections)
-    model = build_model(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
+    model = model_from_config(cfg, imp.image_dim, imp.vocab_words, pretrained_backbone=False)
     model.load_state_dict(imp.state_dict, strict=True)
     return model.eval(), imp, cfg
 
@@ -183,8 +184,8 @@ def test_pvse_training_steps_give_the_reference_loss_and_parameters(tmp_path, on
     assert cfg["optim"]["amsgrad"] and cfg["optim"]["weight_decay"] == 0
     model.train()
     optimizer = build_optimizer(model, cfg["optim"])
-    step = TrainStep(model, TrainForward(model), optimizer, torch.amp.GradScaler("cuda", enabled=False), cfg,
-                     torch.device("cpu"))
+    step = TrainStep(model, TrainForward(model), optimizer, torch.amp.GradScaler("cuda", enabled=False),
+                     run_settings(cfg), cfg["optim"]["grad_clip"], torch.device("cpu"))
     feats = feature_regions(ref["feats"])
     batch = {"image_index": torch.arange(4), "feats": feats, "num_regions": torch.full((4,), 49),
              "text": xmr_batch(model, ref["ids"], ref["lengths"], ref_words())}

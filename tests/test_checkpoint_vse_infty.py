@@ -21,6 +21,7 @@ from xmr.checkpoints.base import rename_keys
 from xmr.checkpoints.importer import import_checkpoint
 from xmr.checkpoints.vse_infty import BIGRU_RULES, REGION_RULES, read_scan_vocab, xmr_word_order
 from xmr.inference import load_trained
+from xmr.run_settings import run_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "checkpoints" / "vse_infty"
@@ -123,12 +124,12 @@ def test_one_training_step_equals_the_reference(run_dir, mode):
     cfg["train"]["mask_same_image"] = False
     cfg["model"].update(size_augment={"mode": "none", "p": 0.0}, text_augment=0.0)
     ck = torch.load(run_dir / "best.pt", weights_only=True)
-    model = xmr.inference.build_model(cfg, ck["image_dim"], ck["vocab_words"])
+    model = xmr.inference.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])
     model.load_state_dict(ck["model"])
     model.train()
     optimizer = build_optimizer(model, cfg["optim"])
-    step = TrainStep(model, TrainForward(model), optimizer, torch.amp.GradScaler("cuda", enabled=False), cfg,
-                     torch.device("cpu"))
+    step = TrainStep(model, TrainForward(model), optimizer, torch.amp.GradScaler("cuda", enabled=False),
+                     run_settings(cfg), cfg["optim"]["grad_clip"], torch.device("cpu"))
     pairs = INPUTS["train_step"]["pairs"]
     feats, regions = _images()
     img_idx = torch.tensor([i for i, _ in pairs])
@@ -193,15 +194,18 @@ def test_same_image_masking_changes_the_loss_where_the_reference_does_not(run_di
 
 def test_training_vocabulary_follows_the_tokenizer():
     """text.tokenizer: nltk builds the trained vocabulary from the same tokens its collate will look up."""
+    import dataclasses
     from types import SimpleNamespace
 
+    from xmr.run_settings import TextInput
     from xmr.train.trainer import build_vocab_words
 
     split = SimpleNamespace(captions=["A man's dog isn't here."], tokens=[["a", "man", "s", "dog", "isn", "t", "here"]])
-    cfg = {"text": {"encoder": "bigru", "min_word_count": 1, "tokenizer": "nltk"}}
-    assert build_vocab_words(cfg, split)[4:] == ["'s", ".", "a", "dog", "here", "is", "man", "n't"]  # sorted: ' (39) < . (46)
-    cfg["text"]["tokenizer"] = "dataset"
-    assert build_vocab_words(cfg, split)[4:] == ["a", "dog", "here", "isn", "man", "s", "t"]
+    text = TextInput(encoder="bigru", tokenizer="nltk", min_word_count=1, features_dir=None, features=None,
+                     precomputed_dir=None)
+    assert build_vocab_words(text, split)[4:] == ["'s", ".", "a", "dog", "here", "is", "man", "n't"]  # sorted: ' (39) < . (46)
+    text = dataclasses.replace(text, tokenizer="dataset")
+    assert build_vocab_words(text, split)[4:] == ["a", "dog", "here", "isn", "man", "s", "t"]
 
 
 # -- BUTD region + BERT (branch master; fixture vse_infty_bert/, made by make_vse_infty_bert.py) --------------------

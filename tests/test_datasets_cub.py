@@ -170,8 +170,8 @@ def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
 
     real = trainer.load_split_images
 
-    def tagged(cfg, split, train=False):
-        data, feats = real(cfg, split, train)
+    def tagged(image, dataset, split, train=False):
+        data, feats = real(image, dataset, split, train)
         data.extra["run_tags"] = {"split_rule": "split files: test_classes=x"}
         return data, feats
 

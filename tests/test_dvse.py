@@ -12,7 +12,8 @@ from xmr.losses.variance_aware import variance_aware_loss
 from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
 from xmr.loaders import ImageDataset, collate_images, load_split_with_features
 from xmr.train.trainer import train
-from xmr.inference import build_model, load_trained
+from xmr.inference import load_trained, model_from_config
+from xmr.run_settings import run_settings
 
 VOCAB = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "blue", "circle", "square", "big"]
 CAPTIONS = [["a", "red", "circle"], ["a", "blue", "square"], ["big", "red", "square"], ["a", "circle"],
@@ -31,7 +32,7 @@ def dvse_model(tiny_synth, image_dim=12, base="vse_inf", **sections):
     cfg = load_run_config(tiny_synth.recipe("dvse", name="dvse_unit", text={"word_vectors": None, "word_dim": 8},
                                             **sections))
     torch.manual_seed(0)
-    return build_model(cfg, image_dim, VOCAB)
+    return model_from_config(cfg, image_dim, VOCAB)
 
 
 def global_term(model, feats, nr):
@@ -260,7 +261,7 @@ def test_subembedding_correlation_matrix(trained_dvse):
     assert np.allclose(m, m.T) and np.allclose(np.diag(m), 1.0)
     # the mean over test images of each image's cosine matrix, recomputed by hand
     model, cfg = load_trained(trained_dvse)
-    data, feats = load_split_with_features(cfg, "test")
+    data, feats = load_split_with_features(run_settings(cfg).image, cfg["dataset_cfg"], "test")
     b = collate_images([ImageDataset(feats, list(range(data.num_images)))[i] for i in range(data.num_images)])
     with torch.no_grad():
         e = model.encode_image(b["feats"], b["num_regions"]).double()

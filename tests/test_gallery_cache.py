@@ -21,6 +21,7 @@ from xmr.io import read_json
 from xmr.layout import gallery_cache_file
 from xmr.io import load_checkpoint, save_checkpoint
 from xmr.train.trainer import train
+from xmr.run_settings import run_settings
 
 
 @pytest.fixture
@@ -40,8 +41,8 @@ def scored(tiny_synth, tmp_path):
 def _recomputed(run) -> tuple[np.ndarray, np.ndarray]:
     """The test split encoded from scratch, without the cache."""
     model, cfg = xmr.inference.load_trained(run, "cpu")
-    data, feats = xmr.inference.load_split_images(cfg, "test")
-    img, cap = xmr.inference.encode_split(model, cfg, data, feats, torch.device("cpu"))
+    data, feats = xmr.inference.load_split_images(run_settings(cfg).image, cfg["dataset_cfg"], "test")
+    img, cap = xmr.inference.encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
     return img.numpy(), cap.numpy()
 
 
@@ -56,7 +57,7 @@ def test_score_writes_the_gallery_and_encode_split_and_search_read_it(scored, mo
     run, _ = scored
     img, cap = _recomputed(run)
     m = xmr.load(run, device="cpu")
-    cached = read_gallery(run, m.cfg, "test")
+    cached = read_gallery(run, m.settings, "test")
     test = load_split(m.cfg["dataset_cfg"], "test")
     assert cached["image_ids"] == list(test.image_ids) and cached["captions"] == list(test.captions)
     assert cached["caption_image"] == [int(i) for i in test.caption_image] and len(cached["captions"]) == 60
@@ -107,7 +108,7 @@ def _scale_features(h5) -> None:
 def test_a_changed_input_makes_the_cache_stale_and_it_is_recomputed(scored, change):
     run, h5 = scored
     cfg = xmr.load(run, device="cpu").cfg
-    before = read_gallery(run, cfg, "test")
+    before = read_gallery(run, run_settings(cfg), "test")
     if change == "checkpoint":
         _perturb_checkpoint(run)
     elif change == "features":
@@ -115,12 +116,12 @@ def test_a_changed_input_makes_the_cache_stale_and_it_is_recomputed(scored, chan
     else:
         with open(run / "config.yaml", "a") as f:
             f.write("# edited\n")
-    assert read_gallery(run, cfg, "test") is None
+    assert read_gallery(run, run_settings(cfg), "test") is None
     img, cap = _recomputed(run)
     g = xmr.load(run, device="cpu").encode_split()  # recomputed, and cached again
     np.testing.assert_array_equal(g["image_emb"], img)
     np.testing.assert_array_equal(g["text_emb"], cap)
-    again = read_gallery(run, cfg, "test")
+    again = read_gallery(run, run_settings(cfg), "test")
     np.testing.assert_array_equal(again["image_emb"], img)
     if change != "config":  # the embeddings themselves moved
         assert not np.allclose(img, before["image_emb"])
@@ -134,7 +135,7 @@ def test_a_trained_model_is_loaded_without_reading_word_vectors(scored, monkeypa
     cfg = xmr.load(run, device="cpu").cfg
     assert cfg["text"]["word_vectors"] == "glove6b50d"
     ck = load_checkpoint(run / "best.pt", "cpu")
-    with_vectors = xmr.inference.build_model(cfg, ck["image_dim"], ck["vocab_words"])  # reads GloVe, as training
+    with_vectors = xmr.inference.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])  # reads GloVe, as training
     with_vectors.load_state_dict(ck["model"])
 
     def refuse(*a, **k):
@@ -158,7 +159,7 @@ def test_a_features_only_split_has_no_image_files_and_search_prints_ids(scored, 
     m = xmr.load(run, device="cpu")
     img, cap = _recomputed(run)
     features_only = dataclasses.replace(load_split(m.cfg["dataset_cfg"], "test"), image_paths=[])
-    assert write_gallery(run, m.cfg, "test", features_only, img, cap) is not None
+    assert write_gallery(run, m.settings, "test", features_only, img, cap) is not None
     _no_split_reads(monkeypatch)
     assert m.encode_split()["image_paths"] is None
     capsys.readouterr()

@@ -9,7 +9,8 @@ import torch
 from xmr.run_config import load_run_config
 from xmr.loaders import load_split_with_features
 from xmr.train.trainer import train
-from xmr.inference import encode_split, load_trained, score_split
+from xmr.inference import encode_split_of, load_trained, score_split
+from xmr.run_settings import run_settings
 
 
 def naive_set_score(x: torch.Tensor, y: torch.Tensor, measure: str, alpha: float = 16.0) -> float:
@@ -48,8 +49,8 @@ def test_set_method_trains_and_scores(tiny_synth, tmp_path, method):
 
     # the saved scores are the method's set similarity of its embeddings
     model, rcfg = load_trained(tmp_path / "run")
-    data, feats = load_split_with_features(rcfg, "test")
-    img, cap = encode_split(model, rcfg, data, feats, torch.device("cpu"), max_images=2)
+    data, feats = load_split_with_features(run_settings(rcfg).image, rcfg["dataset_cfg"], "test")
+    img, cap = encode_split_of(model, run_settings(rcfg), data, feats, torch.device("cpu"), max_images=2)
     assert img.shape[1:] == (k_img, 32) and (cap.shape[1:] == (k_txt, 32) if k_txt else cap.shape[1:] == (32,))
     for i in range(2):
         for j in range(0, 10, 3):

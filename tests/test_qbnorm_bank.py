@@ -10,6 +10,7 @@ import pytest
 
 from xmr.errors import XmrError
 from xmr.workflow_inputs import rerank_inputs, rerank_options
+from xmr.run_settings import run_settings
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def test_bank_shapes_and_values(trained):
     import torch
 
     from xmr.loaders import load_split_images
-    from xmr.inference import encode_split, load_trained, score_bank
+    from xmr.inference import encode_split_of, load_trained, score_bank
 
     i2t, t2i, info = score_bank(trained, "train", max_images=7, device="cpu", progress=False)
     # tiny synth: 12 test images x 5 captions; the bank is the first 7 training images and their 35 captions
@@ -35,8 +36,10 @@ def test_bank_shapes_and_values(trained):
                     "test_captions": 60}
     # VSE++ scores are cosines of the two embeddings: recompute one entry of each matrix from the encoders
     model, cfg = load_trained(trained, "cpu")
-    bank_img, bank_cap = encode_split(model, cfg, *load_split_images(cfg, "train"), torch.device("cpu"), 7)
-    test_img, test_cap = encode_split(model, cfg, *load_split_images(cfg, "test"), torch.device("cpu"))
+    s = run_settings(cfg)
+    cpu = torch.device("cpu")
+    bank_img, bank_cap = encode_split_of(model, s, *load_split_images(s.image, s.dataset_config, "train"), cpu, 7)
+    test_img, test_cap = encode_split_of(model, s, *load_split_images(s.image, s.dataset_config, "test"), cpu)
     assert np.isclose(i2t[3, 41], float(bank_img[3] @ test_cap[41]), atol=1e-5)
     assert np.isclose(t2i[11, 34], float(test_img[11] @ bank_cap[34]), atol=1e-5)
     with pytest.raises(XmrError, match="bank split 'test' is the test split"):

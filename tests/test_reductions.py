@@ -22,11 +22,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xmr.inference import encode_split, load_trained
+from xmr.inference import encode_split_of, load_trained
 from xmr.loaders import load_split_images
 from xmr.losses.triplet import triplet_loss
 from xmr.run_config import load_run_config
 from xmr.train.trainer import train
+from xmr.run_settings import run_settings
 
 # every pair trains alike: the same optimiser, schedule, batches, text encoder and masking on both sides
 COMMON = {
@@ -101,8 +102,8 @@ def _history(run: Path) -> list[dict]:
 
 def _test_embeddings(run: Path) -> tuple[torch.Tensor, torch.Tensor]:
     model, cfg = load_trained(run, checkpoint=run / "last.pt")
-    data, feats = load_split_images(cfg, "test")
-    img, cap = encode_split(model, cfg, data, feats, torch.device("cpu"))
+    data, feats = load_split_images(run_settings(cfg).image, cfg["dataset_cfg"], "test")
+    img, cap = encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
     return img.reshape(len(img), -1), cap.reshape(len(cap), -1)  # one embedding: (N, 1, D) -> (N, D)
 
 
@@ -180,8 +181,8 @@ def test_dive_reduces_to_its_global_branch(tiny_synth, trained):
     model, cfg = load_trained(run, checkpoint=run / "last.pt")
     assert sorted({n.split(".")[0] for n, _ in model.named_parameters()}) == [
         "image_global_norm", "image_proj", "text", "text_global_norm"]
-    data, feats = load_split_images(cfg, "test")
-    img, cap = encode_split(model, cfg, data, feats, torch.device("cpu"))
+    data, feats = load_split_images(run_settings(cfg).image, cfg["dataset_cfg"], "test")
+    img, cap = encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
     assert img.shape[1:] == (1, 32) and cap.shape[1:] == (1, 32)
     # by hand, on the first 8 test images and captions, from the model's own modules
     img_set, collate = image_loader_parts(feats, list(range(8)), cfg["features"]["max_regions"])

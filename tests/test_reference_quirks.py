@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.fixtures.checkpoints.seeded import resolved_run_config
-from xmr.inference import build_model
+from xmr.inference import model_from_config
 
 WORDS = ["<pad>", "<unk>", "<start>", "<end>", "a", "dog", "runs", "on", "the", "grass", "near", "red", "house"]
 SHORT = [2, 4, 5, 6, 3]  # <start> a dog runs <end>
@@ -33,7 +33,7 @@ def caption_alone_and_padded(tmp_path, method: str, model_cfg: dict) -> tuple[to
         "dataset": "synth", "features": {"backbone": "efficientnet_lite0"}, "model": {"embed_dim": 16, **model_cfg},
         "text": {"word_vectors": None, "word_dim": 8}})
     torch.manual_seed(0)
-    model = build_model(cfg, 6, WORDS).eval()
+    model = model_from_config(cfg, 6, WORDS).eval()
     with torch.no_grad():
         alone = model.encode_text(batch(SHORT))[0]
         padded = model.encode_text(batch(SHORT, LONG))[0]

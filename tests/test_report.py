@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from xmr.errors import XmrError
+from xmr.run_settings import run_settings
 
 
 # -- paper_results.yaml ------------------------------------------------------------------------------------------------
@@ -261,7 +262,7 @@ def test_attention_maps_are_probabilities_over_regions(tiny_project):
     from xmr.inference import load_trained
 
     model, cfg = load_trained(tiny_project["runs"] / "synth" / "rep_dvse")
-    data, feats = load_split_with_features(cfg, "test")
+    data, feats = load_split_with_features(run_settings(cfg).image, cfg["dataset_cfg"], "test")
     n = int(feats.num_regions[0])
     attn, mask = image_attention(model, torch.from_numpy(np.asarray(feats[0][:n]))[None], torch.tensor([n]))
     assert attn.shape == (1, 2, n) and np.allclose(attn.sum(-1), 1.0, atol=1e-5) and (attn >= 0).all()

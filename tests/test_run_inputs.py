@@ -21,6 +21,7 @@ from xmr.run_config import load_run_config, load_saved_config
 from xmr.run_inputs import RunInputs
 from xmr.text.hglmm import write_text_features
 from xmr.train.trainer import train
+from xmr.run_settings import run_settings
 
 RESTART = "was trained with other input files"
 
@@ -48,17 +49,17 @@ def own_synth(tiny_synth, tmp_path) -> TinySynth:
 
 
 def rebuild_image_features(synth: TinySynth, cfg: dict) -> None:
-    with h5py.File(RunInputs.of(cfg, "train").image_features, "r+") as f:
+    with h5py.File(RunInputs.of(run_settings(cfg), "train").image_features, "r+") as f:
         f["features"][0] = f["features"][0] * 2
 
 
 def rebuild_text_features(synth: TinySynth, cfg: dict) -> None:
-    with h5py.File(RunInputs.of(cfg, "train").text_features, "r+") as f:
+    with h5py.File(RunInputs.of(run_settings(cfg), "train").text_features, "r+") as f:
         f["features"][0] = f["features"][0] + 1
 
 
 def rebuild_annotations(synth: TinySynth, cfg: dict) -> None:
-    path = RunInputs.of(cfg, "train").annotations[0]
+    path = RunInputs.of(run_settings(cfg), "train").annotations[0]
     path.write_text(json.dumps(json.loads(path.read_text()), indent=1))  # the same data, written anew
 
 
@@ -75,18 +76,18 @@ def test_a_rebuilt_input_blocks_the_resume_and_stales_the_gallery(own_synth, tmp
     method, sections, rebuild = RECIPES[kind]
     features = {"backbone": "efficientnet_lite0", "dir": str(own_synth.features_dir), **sections.pop("features", {})}
     cfg = load_run_config(own_synth.recipe(method, name=f"{method}_{kind}", features=features, **sections))
-    assert kind in RunInputs.of(cfg, "train").files() or kind == "annotations"
+    assert kind in RunInputs.of(run_settings(cfg), "train").files() or kind == "annotations"
     out = tmp_path / "run"
     train(cfg, out, progress=False)
     score_split(out, "train", device="cpu", progress=False)  # caches the training split's gallery
     saved = load_saved_config(out)
-    assert read_gallery(out, saved, "train") is not None
+    assert read_gallery(out, run_settings(saved), "train") is not None
     capsys.readouterr()
     train(cfg, out, progress=False)  # nothing changed: the finished run is resumed
     assert f"resuming {out} after epoch 1" in capsys.readouterr().out
 
     rebuild(own_synth, cfg)
-    assert read_gallery(out, saved, "train") is None  # stale: recomputed by the next reader
+    assert read_gallery(out, run_settings(saved), "train") is None  # stale: recomputed by the next reader
     train(cfg, out, progress=False)
     printed = capsys.readouterr().out
     assert f"{out / 'last.pt'} {RESTART}" in printed and "resuming" not in printed
@@ -100,7 +101,7 @@ def test_rebuilt_backbone_weights_block_the_resume_of_an_end_to_end_run(own_synt
 
     cfg = load_run_config(own_synth.recipe("vse_inf", name="e2e_weights", features={
         "backbone": "efficientnet_lite0", "dir": str(own_synth.features_dir), "source": "images"}))
-    record = RunInputs.of(cfg, "train")
+    record = RunInputs.of(run_settings(cfg), "train")
     assert record.end_to_end and record.image_features is None and "image_features" not in record.files()
     out = tmp_path / "run"
     train(cfg, out, progress=False)
@@ -121,9 +122,9 @@ def test_the_workflow_the_gallery_and_the_digest_name_the_same_files(own_synth):
         "backbone": "efficientnet_lite0", "dir": str(own_synth.features_dir), "text": "toytext"}))
     fdir = own_synth.features_dir / "synth"
     ann = Path(cfg["dataset_cfg"]["annotations"])
-    assert input_files(cfg, "test") == {"image_features": fdir / "efficientnet_lite0" / "test.h5",
+    assert input_files(run_settings(cfg), "test") == {"image_features": fdir / "efficientnet_lite0" / "test.h5",
                                         "text_features": fdir / "toytext" / "test.h5", "annotations_0": ann}
     assert run_split_inputs(None, "test", cfg=cfg) == {"images": [str(fdir / "efficientnet_lite0" / "test.h5")],
                                                        "text_features": [str(fdir / "toytext" / "test.h5")]}
-    _, parts = RunInputs.of(cfg, "train").digest()
+    _, parts = RunInputs.of(run_settings(cfg), "train").digest()
     assert set(parts) == {"features_sha256", "text_features_sha256", "annotations_0_sha256"}

@@ -13,6 +13,7 @@ import torch
 
 from xmr.errors import XmrError
 from xmr.train.samplers import OnePerClassBatchSampler, positive_mask
+from xmr.run_settings import run_settings
 
 # 10 pairs of 4 classes: class 0 has pairs 0-3, class 1 pairs 4-5, class 2 pairs 6-8, class 3 pair 9
 CLASSES = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 3])
@@ -115,8 +116,8 @@ def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch
         return split
 
     load_images = trainer_module.load_split_images
-    monkeypatch.setattr(trainer_module, "load_split_images", lambda cfg, split, train=False: (
-        (lambda d, f: (with_duplicate(d) if split == "train" else d, f))(*load_images(cfg, split, train))))
+    monkeypatch.setattr(trainer_module, "load_split_images", lambda image, dataset, split, train=False: (
+        (lambda d, f: (with_duplicate(d) if split == "train" else d, f))(*load_images(image, dataset, split, train))))
     data = with_duplicate(load_split(cfg["dataset_cfg"], "train"))
     norm = [" ".join(t).lower() for t in data.tokens]
     own = [set() for _ in range(data.num_images)]
@@ -232,15 +233,16 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     from xmr.run_config import load_run_config
     from xmr.text.vocab import SPECIALS
     from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
-    from xmr.inference import build_model
+    from xmr.inference import model_from_config
     from xmr.utils import seed_everything
 
     method = inputs["method"]
     cfg = load_run_config(str(STEP_ROOT / f"config/recipes/synth/{method}.yaml"), STEP_METHODS[method])
     seed_everything(0)  # the same initial weights in every process
-    model = build_model(cfg, 8, SPECIALS + inputs["words"])
+    model = model_from_config(cfg, 8, SPECIALS + inputs["words"])
     step = TrainStep(model, ctx.wrap(TrainForward(model)), build_optimizer(model, cfg["optim"]),
-                     torch.amp.GradScaler("cuda", enabled=False), cfg, torch.device("cpu"))
+                     torch.amp.GradScaler("cuda", enabled=False), run_settings(cfg),
+                     cfg["optim"]["grad_clip"], torch.device("cpu"))
     tokens = inputs["tokens"][rows]
     idx = torch.arange(len(inputs["tokens"]))[rows]
     batch = {"feats": inputs["feats"][rows], "num_regions": inputs["num_regions"][rows],

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from xmr.evaluation.set_stats import correlation_matrix, mean_off_diagonal, set_statistics, slot_usage
+from xmr.run_settings import run_settings
 
 
 def test_correlation_matrix_by_hand():
@@ -64,7 +65,7 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
     """`xmr train`, `xmr score`, `xmr test` (the demo's chain): the results file carries the set statistics of the
     test split, equal to what the library computes from the model's own sub-embeddings."""
     from tests.conftest import run_xmr
-    from xmr.inference import encode_split, load_trained
+    from xmr.inference import encode_split_of, load_trained
     from xmr.loaders import ImageDataset, collate_images, load_split_with_features
 
     recipe = tiny_synth.recipe("dvse", name="dvse_sets", model={"num_embeds": 3},
@@ -77,8 +78,8 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
     got = json.loads((tmp_path / "r.json").read_text())["set_statistics"]
 
     model, cfg = load_trained(run)
-    data, feats = load_split_with_features(cfg, "test")
-    img, cap = encode_split(model, cfg, data, feats, torch.device("cpu"))
+    data, feats = load_split_with_features(run_settings(cfg).image, cfg["dataset_cfg"], "test")
+    img, cap = encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
     b = collate_images([ImageDataset(feats, list(range(data.num_images)))[i] for i in range(data.num_images)])
     with torch.no_grad():
         feats_, nr = b["feats"], b["num_regions"]  # the method file's base: h_V = GPO(proj(z)), then the PIE-Net

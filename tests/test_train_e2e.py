@@ -17,7 +17,7 @@ from xmr.io import load_checkpoint
 from xmr.loaders import TrainAugment
 from xmr.models.image_backbone import FinetunedBackbone
 from xmr.train.trainer import build_optimizer, train
-from xmr.inference import build_model, score_split
+from xmr.inference import model_from_config, score_split
 
 E2E = {"source": "images"}
 
@@ -93,7 +93,7 @@ def test_backbone_is_bit_identical_while_frozen(tiny_synth, tmp_path):
 def test_backbone_group_lr_is_lr_times_factor(tiny_synth):
     cfg = load_run_config(_recipe(tiny_synth, "e2e_groups", optim={"lr": 0.0004, "image_backbone_lr_scale": 0.05,
                                                                     "text_backbone_lr_scale": 0.1}))
-    model = build_model(cfg, None, ["<pad>", "<unk>", "<start>", "<end>", "a", "cat"])
+    model = model_from_config(cfg, None, ["<pad>", "<unk>", "<start>", "<end>", "a", "cat"])
     opt = build_optimizer(model, cfg["optim"])
     groups = {g["name"]: g for g in opt.param_groups}
     assert set(groups) == {"main", "image_backbone"}
@@ -110,7 +110,7 @@ def test_text_backbone_group_is_kept_next_to_the_image_backbone(tiny_synth):
     cfg = load_run_config(_recipe(tiny_synth, "e2e_bert", text={"encoder": "bert", "bert_path": "minilm"},
                                   optim={"lr": 0.001, "image_backbone_lr_scale": 0.01,
                                          "text_backbone_lr_scale": 0.1}))
-    groups = {g["name"]: g for g in build_optimizer(build_model(cfg, None, None), cfg["optim"]).param_groups}
+    groups = {g["name"]: g for g in build_optimizer(model_from_config(cfg, None, None), cfg["optim"]).param_groups}
     assert set(groups) == {"main", "text_backbone", "image_backbone"}
     assert groups["text_backbone"]["lr"] == pytest.approx(1e-4, rel=1e-12)
     assert groups["image_backbone"]["lr"] == pytest.approx(1e-5, rel=1e-12)

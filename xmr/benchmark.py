@@ -158,7 +158,7 @@ TRAINED_ALIKE = ("train.batch_size", "train.mask_same_image", "epoch cap", "trai
 
 def _get(cfg: dict, dotted: str) -> Any:
     if dotted == "epoch cap":  # train.epochs, or the rule's max_epochs when the rule is on
-        from xmr.run_config import max_epochs
+        from xmr.run_settings import max_epochs
 
         return max_epochs(cfg)
     for part in dotted.split("."):

@@ -26,26 +26,27 @@ from xmr.errors import XmrError
 from xmr.io import atomic_path, sha256_file
 from xmr.layout import gallery_cache_file
 from xmr.run_inputs import RunInputs
+from xmr.run_settings import RunSettings
 
 FORMAT = 2  # 2: the images' file paths (``image_paths``)
 
 
-def input_files(cfg: dict, split: str) -> dict[str, Path]:
+def input_files(settings: RunSettings, split: str) -> dict[str, Path]:
     """The files a run's embeddings of ``split`` are made from, besides its checkpoint and config
     (:class:`xmr.run_inputs.RunInputs`)."""
-    return RunInputs.of(cfg, split).files()
+    return RunInputs.of(settings, split).files()
 
 
-def cache_key(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, str] | None:
+def cache_key(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, str] | None:
     """Digests the cache of ``split`` must have been written with; None when an input is missing (no cache)."""
     run_dir = Path(run_dir)
-    files = {"checkpoint": run_dir / "best.pt", "config": run_dir / "config.yaml", **input_files(cfg, split)}
+    files = {"checkpoint": run_dir / "best.pt", "config": run_dir / "config.yaml", **input_files(settings, split)}
     if not all(p.is_file() for p in files.values()):
         return None
     return {"format": str(FORMAT), "split": split, **{k: sha256_file(p) for k, p in files.items()}}
 
 
-def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, Any] | None:
+def read_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, Any] | None:
     """The cached gallery of ``split`` (``image_emb``, ``text_emb`` as float32 arrays, ``image_ids``,
     ``image_paths`` (or None: a features-only dataset), ``captions``, ``caption_image``, ``image_labels`` (or None),
     ``subsets`` (or None)), or None when it is missing, unreadable or stale."""
@@ -58,7 +59,7 @@ def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str,
         meta = json.loads(str(arrays.pop("meta")))
     except (OSError, ValueError, KeyError):  # torn or foreign: recomputed like a missing one
         return None
-    if meta.get("key") != cache_key(run_dir, cfg, split):
+    if meta.get("key") != cache_key(run_dir, settings, split):
         return None
     subsets = {name: {"images": arrays.pop(f"subset_images.{name}"), "captions": arrays.pop(f"subset_captions.{name}")}
                for name in meta["subsets"]} if meta.get("subsets") is not None else None
@@ -70,11 +71,11 @@ def read_gallery(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str,
             "image_labels": arrays.get("image_labels"), "subsets": subsets}
 
 
-def write_gallery(run_dir: str | os.PathLike, cfg: dict, split: str, data, image_emb: np.ndarray,
+def write_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str, data, image_emb: np.ndarray,
                   text_emb: np.ndarray) -> Path | None:
     """Cache the embeddings of ``data`` (a :class:`xmr.data.base.CaptionedSplit`, encoded whole) atomically;
     returns the file, or None when the run directory cannot take it (a read-only run: nothing is cached)."""
-    key = cache_key(run_dir, cfg, split)
+    key = cache_key(run_dir, settings, split)
     if key is None:
         return None
     subsets = data.extra.get("subsets")
@@ -105,12 +106,13 @@ def set_statistics_file(run_dir: str | os.PathLike, split: str) -> Path:
     return Path(run_dir) / f"set_stats_{split}.json"
 
 
-def write_set_statistics(run_dir: str | os.PathLike, cfg: dict, split: str, stats: dict[str, Any]) -> Path | None:
+def write_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str,
+                         stats: dict[str, Any]) -> Path | None:
     """Store ``stats`` keyed like the gallery cache (checkpoint, config, the split's inputs), atomically; None (and
     nothing written) when the key cannot be made or the run directory is read-only."""
     from xmr.io import write_json
 
-    key = cache_key(run_dir, cfg, split)
+    key = cache_key(run_dir, settings, split)
     if key is None:
         return None
     path = set_statistics_file(run_dir, split)
@@ -121,12 +123,12 @@ def write_set_statistics(run_dir: str | os.PathLike, cfg: dict, split: str, stat
     return path
 
 
-def read_set_statistics(run_dir: str | os.PathLike, cfg: dict, split: str) -> dict[str, Any] | None:
+def read_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, Any] | None:
     """The set statistics ``xmr score`` stored for ``split``, or None when missing or stale (another checkpoint)."""
     from xmr.io import read_json
 
     path = set_statistics_file(run_dir, split)
-    key = cache_key(run_dir, cfg, split)
+    key = cache_key(run_dir, settings, split)
     if key is None or not path.is_file():
         return None
     doc = read_json(path)

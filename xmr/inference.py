@@ -28,26 +28,37 @@ from torch.utils.data import DataLoader
 
 from xmr.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
+from xmr.methods.base import MethodSettings
 from xmr.models.text import text_cfg_for_checkpoint
 from xmr.progress import log_line
 from xmr.io import load_checkpoint
 from xmr.loaders import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
-from xmr.models.image_backbone import build_image_backbone, image_input_settings, is_end_to_end
+from xmr.models.image_backbone import build_image_backbone
+from xmr.run_settings import ImageInput, RunSettings, run_settings
 from xmr.utils import resolve_device
 
 
-def build_model(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
+def build_model(method: MethodSettings, image: ImageInput, image_dim: int | None, vocab_words: list[str] | None,
                 pretrained_backbone: bool = True) -> RetrievalModel:
-    """The run's method; end to end (``features.source: images``) with its image backbone attached as
-    ``model.image_backbone`` (``image_dim`` is then the backbone's; ``pretrained_backbone=False`` skips loading
-    the backbone's pretrained file when a checkpoint supplies the weights)."""
-    backbone = build_image_backbone(cfg, pretrained_backbone) if is_end_to_end(cfg) else None
+    """The run's method (its settings: ``RetrievalModel.settings_of``); end to end (``features.source: images``)
+    with its image backbone attached as ``model.image_backbone`` (``image_dim`` is then the backbone's;
+    ``pretrained_backbone=False`` skips loading the backbone's pretrained file when a checkpoint supplies the
+    weights)."""
+    backbone = build_image_backbone(image, pretrained_backbone) if image.end_to_end else None
     if backbone is not None:
         image_dim = backbone.feature_dim
-    model = METHODS.get(cfg["method"]).from_config(cfg, image_dim, vocab_words)
+    model = METHODS.get(method.method)(method, image_dim, vocab_words)
     if backbone is not None:
         model.image_backbone = backbone
     return model
+
+
+def model_from_config(cfg: dict, image_dim: int | None, vocab_words: list[str] | None,
+                      pretrained_backbone: bool = True) -> RetrievalModel:
+    """:func:`build_model` of a resolved run config (for the commands and scripts that hold one)."""
+    settings = run_settings(cfg)
+    return build_model(METHODS.get(settings.method).settings_of(cfg, settings.text), settings.image, image_dim,
+                       vocab_words, pretrained_backbone)
 
 
 def _to(batch: dict, device: torch.device) -> dict:
@@ -55,19 +66,21 @@ def _to(batch: dict, device: torch.device) -> dict:
 
 
 @torch.no_grad()
-def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.device,
-                 max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode).
-    ``feats``: the split's image side from :func:`xmr.loaders.load_split_images` (features or image files)."""
+def encode_split(model: RetrievalModel, image: ImageInput, data, feats, device: torch.device, batch_size: int,
+                 workers: int = 0, max_images: int | None = None,
+                 progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode), in batches of
+    ``batch_size`` (``eval.batch_size``). ``feats``: the split's image side from
+    :func:`xmr.loaders.load_split_images` (features or image files, decoded by ``workers`` processes)."""
     from tqdm import tqdm
 
     model.eval()
     n = data.num_images if max_images is None else min(max_images, data.num_images)
     cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
-    bs = cfg["eval"]["batch_size"]
+    bs = batch_size
     text_collate = CaptionCollate(model.text.collate, data.split)
-    img_set, img_collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
-    img_workers = cfg["train"]["workers"] if is_end_to_end(cfg) else 0  # decoding images is the slow part
+    img_set, img_collate = image_loader_parts(feats, list(range(n)), image.max_regions)
+    img_workers = workers if image.end_to_end else 0  # decoding images is the slow part
     img_loader = DataLoader(img_set, batch_size=bs, collate_fn=img_collate, num_workers=img_workers)
     cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
     imgs, caps = [], []
@@ -76,6 +89,13 @@ def encode_split(model: RetrievalModel, cfg: dict, data, feats, device: torch.de
     for b in tqdm(cap_loader, desc="encode captions", unit="batch", disable=not progress):
         caps.append(model.encode_text(_to(b["text"], device)).float().cpu())
     return torch.cat(imgs), torch.cat(caps)
+
+
+def encode_split_of(model: RetrievalModel, settings: RunSettings, data, feats, device: torch.device,
+                    max_images: int | None = None, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`encode_split` with a run's settings (``eval.batch_size``; end to end, ``train.workers`` decoders)."""
+    return encode_split(model, settings.image, data, feats, device, settings.validation.batch_size,
+                        settings.batching.workers, max_images, progress)
 
 
 def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
@@ -89,7 +109,7 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
     ck = load_checkpoint(checkpoint or run_dir / "best.pt", device)
     # an end-to-end run's backbone weights and the word embeddings are in the checkpoint: no pretrained file read
     build_cfg = {**cfg, "text": text_cfg_for_checkpoint(cfg["text"], ck["model"])}
-    model = build_model(build_cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
+    model = model_from_config(build_cfg, ck["image_dim"], ck["vocab_words"], pretrained_backbone=False).to(device)
     model.load_state_dict(ck["model"])
     return model.eval(), cfg
 
@@ -102,25 +122,29 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, feats = load_split_images(cfg, split)
+    settings = run_settings(cfg)
+    data, feats = load_split_images(settings.image, settings.dataset_config, split)
     t0 = time.time()
-    img, cap = encode_split(model, cfg, data, feats, dev, progress=progress)
+    img, cap = encode_split_of(model, settings, data, feats, dev, progress=progress)
     with torch.no_grad():
         sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
     dt = time.time() - t0
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
-    write_gallery(run_dir, cfg, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
+    write_gallery(run_dir, settings, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
     if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
         from xmr.gallery_cache import write_set_statistics
 
-        write_set_statistics(run_dir, cfg, split, compute_set_statistics(model, cfg, data, feats, dev, img, cap))
+        stats = compute_set_statistics(model, settings.image.max_regions, settings.validation.batch_size, data, feats,
+                                       dev, img, cap)
+        write_set_statistics(run_dir, settings, split, stats)
     return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
                   "image_labels": data.image_labels}
 
 
 @torch.no_grad()
-def compute_set_statistics(model, cfg: dict, data, feats, device: torch.device, image_sets: torch.Tensor,
+def compute_set_statistics(model: RetrievalModel, max_regions: int | None, batch_size: int, data, feats,
+                           device: torch.device, image_sets: torch.Tensor,
                            text: torch.Tensor | None = None) -> dict[str, Any]:
     """Set statistics of a trained model on a split, from the embeddings ``encode_split`` gave (``image_sets``
     (N, K, D) of the split's first N images, ``text`` their captions' embeddings, for slot usage). The images are
@@ -130,8 +154,8 @@ def compute_set_statistics(model, cfg: dict, data, feats, device: torch.device, 
 
     model.eval()
     n = image_sets.shape[0]
-    dataset, collate = image_loader_parts(feats, list(range(n)), cfg["features"]["max_regions"])
-    loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)
+    dataset, collate = image_loader_parts(feats, list(range(n)), max_regions)
+    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
     res, g_norms, r_norms, batches = [], [], [], 0
     for b in loader:
         out = model.image_outputs(*model.image_local_features(*image_input(b, device)))
@@ -142,7 +166,7 @@ def compute_set_statistics(model, cfg: dict, data, feats, device: torch.device, 
         if out.get("image_global") is not None:
             g_norms.append(out["image_global"].float().norm(dim=-1).cpu())
             r_norms.append(out["image_residuals"].float().norm(dim=-1).flatten().cpu())
-    slots = cfg["eval"]["similarity"] in SLOT_MEASURES and text is not None
+    slots = model.scoring.similarity in SLOT_MEASURES and text is not None  # eval.similarity
     caption_image = [j for j in data.caption_image if j < n] if slots else None  # encode_split's captions
     if slots and len(caption_image) != len(text):
         raise XmrError(f"set statistics: {len(text)} caption embeddings for {len(caption_image)} captions")
@@ -163,10 +187,11 @@ def score_bank(run_dir: str | os.PathLike, bank_split: str = "train", max_images
     if bank_split == test_split:
         raise XmrError(f"bank split {bank_split!r} is the test split; the bank must hold other queries (use "
                        f"train), or evaluate qbnorm with self_bank=1 for the transductive reading")
-    bank_data, bank_images = load_split_images(cfg, bank_split)
-    test_data, test_images = load_split_images(cfg, test_split)
-    bank_img, bank_cap = encode_split(model, cfg, bank_data, bank_images, dev, max_images, progress=progress)
-    test_img, test_cap = encode_split(model, cfg, test_data, test_images, dev, progress=progress)
+    settings = run_settings(cfg)
+    bank_data, bank_images = load_split_images(settings.image, settings.dataset_config, bank_split)
+    test_data, test_images = load_split_images(settings.image, settings.dataset_config, test_split)
+    bank_img, bank_cap = encode_split_of(model, settings, bank_data, bank_images, dev, max_images, progress)
+    test_img, test_cap = encode_split_of(model, settings, test_data, test_images, dev, progress=progress)
     with torch.no_grad():
         i2t = model.similarity_matrix(bank_img.to(dev), test_cap.to(dev)).float().cpu().numpy()
         t2i = model.similarity_matrix(test_img.to(dev), bank_cap.to(dev)).float().cpu().numpy()
@@ -223,8 +248,9 @@ class Model:
     def __init__(self, model: RetrievalModel, cfg: dict, device: torch.device, run_dir: Path | None = None,
                  checkpoint: Path | None = None) -> None:
         self.model, self.cfg, self.device, self.run_dir = model.eval(), cfg, device, run_dir
+        self.settings = run_settings(cfg)
         self.checkpoint = checkpoint
-        self.batch_size = int(cfg["eval"]["batch_size"])
+        self.batch_size = int(self.settings.validation.batch_size)
         self._backbone = None  # the run's feature extractor, built by the first image-file query and kept
 
     @property
@@ -292,7 +318,7 @@ class Model:
         return _as_array(torch.cat(out))
 
     def _encode_feature_rows(self, ff, idx: list[int]) -> torch.Tensor:
-        dataset, collate = image_loader_parts(ff, idx, self.cfg["features"]["max_regions"])
+        dataset, collate = image_loader_parts(ff, idx, self.settings.image.max_regions)
         out = []
         for b in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate):
             out.append(self.model.embed_images(*image_input(b, self.device)).float().cpu())
@@ -302,11 +328,12 @@ class Model:
         missing = [p for p in paths if not p.exists()]
         if missing:
             raise XmrError(f"{missing[0]}: image file not found")
-        if is_end_to_end(self.cfg):  # the fine-tuned backbone is part of the model
+        if self.settings.image.end_to_end:  # the fine-tuned backbone is part of the model
             from xmr.loaders import ImageFiles
 
-            size, resize, max_size = image_input_settings(self.cfg)
-            dataset, collate = image_loader_parts(ImageFiles(paths, size, resize, max_size), list(range(len(paths))))
+            prep = self.settings.image.preparation
+            dataset, collate = image_loader_parts(ImageFiles(paths, prep.size, prep.resize, prep.max_size),
+                                                  list(range(len(paths))))
             out = []
             for b in DataLoader(dataset, batch_size=self.batch_size, collate_fn=collate):
                 out.append(self.model.embed_images(b["images"].to(self.device), None).float().cpu())
@@ -393,16 +420,16 @@ class Model:
         split = split or self.cfg["dataset_cfg"]["test_split"]
         cacheable = self.run_dir is not None and self.checkpoint is not None \
             and Path(self.checkpoint).resolve() == (Path(self.run_dir) / "best.pt").resolve()
-        cached = read_gallery(self.run_dir, self.cfg, split) if cacheable else None
+        cached = read_gallery(self.run_dir, self.settings, split) if cacheable else None
         if cached is not None:
             return {"split": split, "image_ids": cached["image_ids"], "image_paths": cached["image_paths"],
                     "captions": cached["captions"],
                     "caption_image": cached["caption_image"], "image_emb": cached["image_emb"],
                     "text_emb": cached["text_emb"]}
-        data, feats = load_split_images(self.cfg, split)
-        img, cap = encode_split(self.model, self.cfg, data, feats, self.device)
+        data, feats = load_split_images(self.settings.image, self.settings.dataset_config, split)
+        img, cap = encode_split_of(self.model, self.settings, data, feats, self.device)
         if cacheable:
-            write_gallery(self.run_dir, self.cfg, split, data, img.numpy(), cap.numpy())
+            write_gallery(self.run_dir, self.settings, split, data, img.numpy(), cap.numpy())
         return {"split": split, "image_ids": list(data.image_ids),
                 "image_paths": [str(p) for p in data.image_paths] or None, "image_emb": _as_array(img),
                 "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image],

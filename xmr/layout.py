@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xmr.errors import XmrError
-from xmr.run_inputs import feature_file, feature_path  # noqa: F401 - feature files: named in xmr.run_inputs
+from xmr.run_settings import feature_file  # noqa: F401 - feature files: named in xmr.run_settings
 
 RUNS_ROOT = "runs"
 RESULTS_ROOT = "results"

@@ -18,15 +18,14 @@ from xmr.data.base import CaptionedSplit, load_split
 from xmr.errors import XmrError
 from xmr.features.decode import read_image
 from xmr.features.store import FeatureFile
-from xmr.layout import feature_path
-from xmr.models.image_backbone import image_input_settings, is_end_to_end
+from xmr.run_settings import ImageInput
 
 
-def load_split_with_features(cfg: dict, split: str) -> tuple[CaptionedSplit, FeatureFile]:
-    data = load_split(cfg["dataset_cfg"], split)
-    feats = FeatureFile(feature_path(cfg, split))
+def load_split_with_features(image: ImageInput, dataset_cfg: dict, split: str) -> tuple[CaptionedSplit, FeatureFile]:
+    data = load_split(dataset_cfg, split)
+    feats = FeatureFile(image.feature_path(split))
     if feats.image_ids != data.image_ids:
-        raise XmrError(f"{feats.path}: image ids do not match split {split!r} of {cfg['dataset']} "
+        raise XmrError(f"{feats.path}: image ids do not match split {split!r} of {image.dataset} "
                        f"({len(feats.image_ids)} vs {data.num_images} images); re-extract the features")
     return data, feats
 
@@ -71,21 +70,23 @@ class ImageFiles(Dataset):
         return read_image(self.paths[i], self.size, self.resize, self.max_size, self.augment)[0]
 
 
-def load_split_with_images(cfg: dict, split: str, train: bool = False) -> tuple[CaptionedSplit, ImageFiles]:
+def load_split_with_images(image: ImageInput, dataset_cfg: dict, split: str,
+                           train: bool = False) -> tuple[CaptionedSplit, ImageFiles]:
     """A split and its image files for end-to-end training; ``train`` adds the configured augmentation."""
-    data = load_split(cfg["dataset_cfg"], split)
+    data = load_split(dataset_cfg, split)
     data.require_images("features.source: images needs the images, use features.source: precomputed")
-    ib = cfg["image_backbone"]
-    augment = TrainAugment(ib["crop_scale"], ib["hflip"]) if train and (ib["crop_scale"] or ib["hflip"]) else None
-    size, resize, max_size = image_input_settings(cfg)
-    return data, ImageFiles(data.image_paths, size, resize, max_size, augment)
+    augment = TrainAugment(image.crop_scale, image.hflip) if train and (image.crop_scale or image.hflip) else None
+    prep = image.preparation
+    return data, ImageFiles(data.image_paths, prep.size, prep.resize, prep.max_size, augment)
 
 
-def load_split_images(cfg: dict, split: str, train: bool = False) -> tuple[CaptionedSplit, FeatureFile | ImageFiles]:
-    """The split with its image side: features (``features.source: precomputed``) or image files (``images``)."""
-    if is_end_to_end(cfg):
-        return load_split_with_images(cfg, split, train)
-    return load_split_with_features(cfg, split)
+def load_split_images(image: ImageInput, dataset_cfg: dict, split: str,
+                      train: bool = False) -> tuple[CaptionedSplit, FeatureFile | ImageFiles]:
+    """The split with its image side: features (``features.source: precomputed``) or image files (``images``);
+    ``dataset_cfg``: the dataset's own config."""
+    if image.end_to_end:
+        return load_split_with_images(image, dataset_cfg, split, train)
+    return load_split_with_features(image, dataset_cfg, split)
 
 
 def image_input(batch: dict, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -24,6 +24,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     from xmr.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
     from xmr.run_config import load_saved_config  # imports the methods (their schemas): not at module level
+    from xmr.run_settings import run_settings
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)
@@ -44,7 +45,8 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
         from xmr.gallery_cache import read_gallery
 
-        cached = read_gallery(run_dir, cfg, ds["test_split"])  # written by `xmr score`: no re-read of the split
+        # written by `xmr score`: no re-read of the split
+        cached = read_gallery(run_dir, run_settings(cfg), ds["test_split"])
         if cached is not None:
             labels, subsets = cached["image_labels"], cached["subsets"]
             shape = (len(cached["image_ids"]), len(cached["captions"]))
@@ -69,7 +71,8 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
               "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id"),
               "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
               **{k: train_info.get(k) for k in TRAINING_KEYS}}
-    set_stats = read_set_statistics(run_dir, cfg, ds["test_split"])  # written by `xmr score` for set methods
+    # written by `xmr score` for set methods
+    set_stats = read_set_statistics(run_dir, run_settings(cfg), ds["test_split"])
     if set_stats is not None:
         result["set_statistics"] = set_stats
     if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):

@@ -14,7 +14,7 @@ from typing import Iterable
 import copy
 from functools import lru_cache
 
-from xmr.config import (_load_with_extends, apply_overrides, deep_merge, find_config_dir, load_backbone_config,
+from xmr.config import (_load_with_extends, apply_overrides, parse_assignments, deep_merge, find_config_dir, load_backbone_config,
                         load_dataset_config, load_schema, load_yaml, method_schema, validate)
 from xmr.errors import XmrError
 from xmr.registry import PLUGINS_ENV
@@ -102,8 +102,15 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
     return cfg
 
 
-def max_epochs(cfg: dict) -> int:
-    """The epoch cap of a run config: ``train.early_stopping.max_epochs`` when set and the rule is on, else
-    ``train.epochs``."""
+def command_line_epochs(cfg: dict, overrides: list[str]) -> str | None:
+    """``--set train.epochs=N`` on a run whose stopping rule caps epochs with ``early_stopping.max_epochs``: the
+    setting wins (the user asked for N epochs; the rule may still stop earlier), so the cap becomes N, in ``cfg``
+    and hence in the run's config.yaml. Returns the one line that says so (None when nothing changed)."""
+    keys = parse_assignments(overrides, "--set")
     es = cfg["train"]["early_stopping"]
-    return es["max_epochs"] if es["enabled"] and es["max_epochs"] else cfg["train"]["epochs"]
+    if "train.epochs" not in keys or "train.early_stopping.max_epochs" in keys or not es["enabled"] \
+            or not es["max_epochs"] or es["max_epochs"] == cfg["train"]["epochs"]:
+        return None
+    before, es["max_epochs"] = es["max_epochs"], cfg["train"]["epochs"]
+    return (f"--set train.epochs={cfg['train']['epochs']}: the stopping rule's cap follows it "
+            f"(train.early_stopping.max_epochs {before} -> {es['max_epochs']}; the rule may still stop earlier)")

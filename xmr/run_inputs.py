@@ -2,8 +2,7 @@
 
 Three readers use it and so cannot disagree: the trainer's resume digest (a run never resumes onto inputs that
 changed since its ``last.pt``), the gallery cache's key (:mod:`xmr.gallery_cache`) and the workflow's rule inputs
-(:mod:`xmr.workflow_inputs`). Whether a run is end to end (``features.source: images``: image files through a
-backbone inside the model instead of a feature file) is decided here too. Paths only: no torch, no file reads
+(:mod:`xmr.workflow_inputs`), from the run's typed settings (:mod:`xmr.run_settings`). Paths only: no torch, no file reads
 except the digests.
 """
 
@@ -11,41 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from xmr.errors import XmrError
 from xmr.io import sha256_file
+from xmr.run_settings import RunSettings
 
 
-def feature_file(features_dir: str | os.PathLike, dataset: str, backbone: str, split: str) -> Path:
-    """``{features_dir}/{dataset}/{backbone}/{split}.h5``: shared by every method using that backbone."""
-    return Path(features_dir) / dataset / backbone / f"{split}.h5"
-
-
-def feature_path(cfg: dict, split: str) -> Path:
-    """:func:`feature_file` of a resolved run config."""
-    return feature_file(cfg["features"]["dir"], cfg["dataset"], cfg["features"]["backbone"], split)
-
-
-def is_end_to_end(cfg: dict) -> bool:
-    """True when the run trains from image files through a backbone (``features.source: images``)."""
-    return cfg["features"]["source"] == "images"
-
-
-def text_features_dir(cfg: dict) -> Path | None:
-    """Where a run's precomputed text features live: ``text.features_dir``, or
-    ``{features.dir}/{dataset}/{features.text}``; None when neither names it."""
-    if cfg["text"]["features_dir"]:
-        return Path(cfg["text"]["features_dir"])
-    kind = cfg["features"]["text"]
-    return Path(cfg["features"]["dir"]) / cfg["dataset"] / kind if kind else None
-
-
-def annotation_files(cfg: dict) -> list[Path]:
-    """The dataset's annotation file(s) (``dataset_cfg.annotations``: one path, a list, or none)."""
-    ann = cfg["dataset_cfg"].get("annotations") or []
+def annotation_files(dataset_cfg: dict) -> list[Path]:
+    """A dataset's annotation file(s) (its config's ``annotations``: one path, a list, or none)."""
+    ann = dataset_cfg.get("annotations") or []
     return [Path(p) for p in ([ann] if isinstance(ann, str) else ann)]
 
 
@@ -62,16 +37,15 @@ class RunInputs:
     annotations: tuple[Path, ...]
 
     @classmethod
-    def of(cls, cfg: dict, split: str) -> RunInputs:
-        e2e = is_end_to_end(cfg)
-        text = None
-        if cfg["text"]["encoder"] == "precomputed":
-            where = text_features_dir(cfg)
-            if where is None:
-                raise XmrError(f"{cfg.get('name', 'recipe')}: text.encoder is 'precomputed' but neither "
-                               f"features.text (e.g. hglmm) nor text.features_dir is set")
-            text = where / f"{split}.h5"
-        return cls(split, e2e, None if e2e else Path(feature_path(cfg, split)), text, tuple(annotation_files(cfg)))
+    def of(cls, settings: RunSettings, split: str) -> RunInputs:
+        image, text = settings.image, None
+        if settings.text.encoder == "precomputed":
+            if settings.text.precomputed_dir is None:
+                raise XmrError(f"{settings.name}: text.encoder is 'precomputed' but neither features.text (e.g. "
+                               f"hglmm) nor text.features_dir is set")
+            text = settings.text.precomputed_dir / f"{split}.h5"
+        return cls(split, image.end_to_end, None if image.end_to_end else image.feature_path(split), text,
+                   tuple(annotation_files(settings.dataset_config)))
 
     def files(self) -> dict[str, Path]:
         """Every file by role: ``image_features``, ``text_features``, ``annotations_{i}`` (the gallery cache's

@@ -216,8 +216,10 @@ def split_inputs(cfg: dict, splits: list[str]) -> dict[str, list[str]]:
     """The image side and the precomputed text features of ``splits`` (:class:`xmr.run_inputs.RunInputs`, the
     record the trainer's resume digest and the gallery cache use too), each file once."""
     from xmr.run_inputs import RunInputs
+    from xmr.run_settings import run_settings
 
-    records = [RunInputs.of(cfg, s) for s in splits]
+    settings = run_settings(cfg)
+    records = [RunInputs.of(settings, s) for s in splits]
     images = [str(p) for r in records for p in r.image_side()]
     return {"images": list(dict.fromkeys(images)),
             "text_features": [str(r.text_features) for r in records if r.text_features is not None]}

@@ -105,7 +105,7 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     """Convert ``src`` (format ``fmt``) into the run directory ``out``; a recipe's ``checkpoint:`` section gives
     the format, file, vocabulary and options not passed explicitly. Returns ``out``."""
     from xmr.checkpoints.base import plain_data
-    from xmr.inference import build_model
+    from xmr.inference import model_from_config
     from xmr.io import sha256_file, write_json
     from xmr.checkpoint_files import BEST, write_best
     from xmr.io import load_checkpoint
@@ -131,7 +131,7 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
                          src)
 
     # the self-check: xmr's model takes exactly these tensors (strict), before anything is written
-    model = build_model(cfg, imported.image_dim, imported.vocab_words, pretrained_backbone=False)
+    model = model_from_config(cfg, imported.image_dim, imported.vocab_words, pretrained_backbone=False)
     check_state_keys(model.state_dict().keys(), imported.state_dict.keys(), src,
                      f"the {fmt} format does not map this file onto xmr's {imported.method} model")
     expected = model.state_dict()

@@ -68,7 +68,7 @@ def run(args):
     from xmr.train.trainer import train
 
     cfg = _config(args)
-    from xmr.train.stopping import command_line_epochs
+    from xmr.run_config import command_line_epochs
 
     note = command_line_epochs(cfg, args.set)
     if note:

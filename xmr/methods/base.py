@@ -11,9 +11,10 @@ import torch
 from torch import nn
 
 from xmr.errors import XmrError
-# also registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
-from xmr.models.text_precomputed import with_text_features_dir
+# registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
+import xmr.models.text_precomputed  # noqa: F401
 from xmr.registry import Registry
+from xmr.run_settings import TextInput, run_settings
 
 METHODS: Registry[type["RetrievalModel"]] = Registry("method")
 
@@ -53,7 +54,7 @@ class Scoring:
 
 @dataclass(frozen=True)
 class MethodSettings:
-    """Everything a method is built from, read from the run config once by :meth:`RetrievalModel.from_config`:
+    """Everything a method is built from, read from the run config once by :meth:`RetrievalModel.settings_of`:
     its own ``model`` and ``loss`` sections as its ``model_settings``/``loss_settings`` dataclasses, the
     ``text`` section the text encoder is built from (``features_dir`` resolved for precomputed features) and
     ``train.seed`` (word-vector initialisation)."""
@@ -75,7 +76,7 @@ class RetrievalModel(nn.Module):
     ``compute_loss``. Embeddings are (B, D) or sets (B, K, D); ``eval_similarity`` names the
     :mod:`xmr.similarity` measure used to compare them at test time.
 
-    Built by :meth:`from_config`, the only reader of the run config; a method reads its settings
+    Built from :meth:`settings_of`, the method's only reader of the run config; a method reads its settings
     (``self.model_settings``, ``self.loss_settings``, ``self.scoring``) and never the config.
     """
 
@@ -91,17 +92,29 @@ class RetrievalModel(nn.Module):
     conformance_overrides: ClassVar[dict] = {}
 
     @classmethod
-    def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
-        """The method built from a validated run config (its schema's defaults filled)."""
+    def settings_of(cls, run_cfg: dict, text: TextInput) -> MethodSettings:
+        """The method's settings from a validated run config (its schema's defaults filled): the one reader of a
+        run config's ``model``, ``loss``, ``eval`` scoring and text-encoder keys. ``text``: the run's
+        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live)."""
         name = run_cfg["method"]
         ev = run_cfg["eval"]
-        settings = MethodSettings(
+        section = copy.deepcopy(run_cfg["text"])
+        if section["encoder"] == "precomputed":
+            if text.precomputed_dir is None:
+                raise XmrError(f"{run_cfg.get('name', 'recipe')}: text.encoder is 'precomputed' but neither "
+                               f"features.text (e.g. hglmm) nor text.features_dir is set")
+            section["features_dir"] = str(text.precomputed_dir)
+        return MethodSettings(
             method=name,
             model=settings_from(cls.model_settings_class, run_cfg["model"], f"{name}: model"),
             loss=settings_from(cls.loss_settings_class, run_cfg["loss"], f"{name}: loss"),
             scoring=Scoring(similarity=ev["similarity"], alpha=ev["alpha"], rerank=copy.deepcopy(ev["rerank"])),
-            text=with_text_features_dir(run_cfg), seed=run_cfg["train"]["seed"])
-        return cls(settings, image_dim, vocab_words)
+            text=section, seed=run_cfg["train"]["seed"])
+
+    @classmethod
+    def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
+        """The method built from a validated run config (:meth:`settings_of`; for tests and scripts)."""
+        return cls(cls.settings_of(run_cfg, run_settings(run_cfg).text), image_dim, vocab_words)
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()

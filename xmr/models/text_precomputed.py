@@ -3,12 +3,12 @@ from ``{features_dir}/{split}.h5`` (layout: :func:`xmr.text.hglmm.write_text_fea
 
 The run config names the kind in ``features.text`` (e.g. ``hglmm``); the files then live in
 ``{features.dir}/{dataset}/{features.text}/`` unless ``text.features_dir`` says otherwise.
-:func:`with_text_features_dir` resolves that into the ``text`` section handed to the encoder.
+:meth:`xmr.methods.base.RetrievalModel.settings_of` resolves that (``TextInput.precomputed_dir``) into the
+``text`` section handed to the encoder.
 """
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +16,8 @@ import torch
 
 from xmr.errors import XmrError
 from xmr.models.text import TEXT_ENCODERS, TextEncoder
-from xmr.run_inputs import text_features_dir
 
 IN_MEMORY_BYTES = 4 * 2**30  # smaller files are read once into RAM; larger ones row by row from HDF5
-
-
-def with_text_features_dir(cfg: dict) -> dict:
-    """The run config's ``text`` section with ``features_dir`` filled in (for the precomputed encoder)."""
-    text = copy.deepcopy(cfg["text"])
-    if text.get("encoder") == "precomputed":
-        where = text_features_dir(cfg)
-        if where is None:
-            raise XmrError(f"{cfg.get('name', 'recipe')}: text.encoder is 'precomputed' but neither "
-                           f"features.text (e.g. hglmm) nor text.features_dir is set")
-        text["features_dir"] = str(where)
-    return text
-
 
 
 class _SplitTable:

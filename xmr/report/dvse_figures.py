@@ -46,6 +46,7 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     from xmr.evaluation.set_stats import correlation_sums
     from xmr.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference import load_trained
+    from xmr.run_settings import run_settings
     from xmr.utils import resolve_device
 
     if kind not in KINDS:
@@ -53,7 +54,8 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, images = load_split_images(cfg, split)  # features, or image files for end-to-end runs
+    settings = run_settings(cfg)
+    data, images = load_split_images(settings.image, settings.dataset_config, split)  # features, or image files
     n = data.num_images if max_images is None else min(max_images, data.num_images)
     dataset, collate = image_loader_parts(images, list(range(n)), cfg["features"]["max_regions"])
     loader = DataLoader(dataset, batch_size=cfg["eval"]["batch_size"], collate_fn=collate)

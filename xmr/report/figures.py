@@ -309,10 +309,12 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
 
     from xmr.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference import load_trained
+    from xmr.run_settings import run_settings
 
     model, cfg = load_trained(run_dir, device)
     split = split or cfg["dataset_cfg"]["test_split"]
-    data, source = load_split_images(cfg, split)  # features, or image files for end-to-end runs
+    settings = run_settings(cfg)
+    data, source = load_split_images(settings.image, settings.dataset_config, split)  # features, or image files
     picks = pick_queries(data.num_images, images, seed)
     if not picks:
         raise XmrError(f"no images to show for {run_dir}")

@@ -26,6 +26,7 @@ from torch.utils.data import Sampler
 
 from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
+from xmr.run_settings import Batching
 
 SAMPLERS = ("random", "one_per_class")
 POSITIVES = ("image", "class", "caption_text")
@@ -110,11 +111,10 @@ def positive_mask(image_index: torch.Tensor, labels: torch.Tensor | None, positi
     return (image_index[:, None] == image_index[None, :]) | eye
 
 
-def check_batching(cfg: dict, data) -> None:
-    """Fail before training when the batching options do not fit the dataset."""
-    tcfg = cfg["train"]
-    needs_labels = tcfg["sampler"] == "one_per_class" or tcfg["positives"] == "class"
+def check_batching(batching: Batching, data, name: str, dataset: str) -> None:
+    """Fail before training when the batching options do not fit the dataset (errors name the run and dataset)."""
+    needs_labels = batching.sampler == "one_per_class" or batching.positives == "class"
     if needs_labels and data.image_labels is None:
-        key = "train.sampler: one_per_class" if tcfg["sampler"] == "one_per_class" else "train.positives: class"
-        raise XmrError(f"{cfg['name']}: {key} needs class labels, but the images of {cfg['dataset']}'s training "
+        key = "train.sampler: one_per_class" if batching.sampler == "one_per_class" else "train.positives: class"
+        raise XmrError(f"{name}: {key} needs class labels, but the images of {dataset}'s training "
                        f"split have none (CUB has them; synth when generated with labels)")

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import math
 
+from xmr.run_settings import Schedule
 
-def lr_factor(epoch: float, total_epochs: int, sched: dict, plateau_drops: int = 0) -> float:
+
+def lr_factor(epoch: float, sched: Schedule, plateau_drops: int = 0) -> float:
     """Multiplier of the base learning rate at fractional ``epoch`` (0-based); ``plateau_drops``: the plateaus
-    the run has met so far (the ``plateau`` schedule)."""
-    warm = sched.get("warmup_epochs", 0)
+    the run has met so far (the ``plateau`` schedule). Cosine decays over ``train.epochs``."""
+    warm = sched.warmup_epochs
     if warm and epoch < warm:
         return (epoch + 1e-8) / warm
-    name = sched.get("name", "step")
-    if name == "step":
-        return sched.get("gamma", 0.1) ** sum(epoch >= s for s in sched.get("step_epochs", []))
-    if name == "plateau":
-        return sched.get("gamma", 0.1) ** plateau_drops
-    if name == "cosine":
-        t = (epoch - warm) / max(1e-8, total_epochs - warm)
+    if sched.name == "step":
+        return sched.gamma ** sum(epoch >= s for s in sched.step_epochs)
+    if sched.name == "plateau":
+        return sched.gamma ** plateau_drops
+    if sched.name == "cosine":
+        t = (epoch - warm) / max(1e-8, sched.epochs - warm)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
     return 1.0

@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from xmr.errors import XmrError
-from xmr.run_config import max_epochs  # noqa: F401 - the rule's cap, also read as stopping.max_epochs
+from xmr.run_settings import Schedule, Stopping, Validation
 
 
 def initial_state() -> dict[str, Any]:
@@ -28,63 +28,46 @@ def initial_state() -> dict[str, Any]:
     return {"best": -math.inf, "bad_epochs": 0, "lr_drops": 0, "lr_drop_epochs": [], "stopped": False}
 
 
-def command_line_epochs(cfg: dict, overrides: list[str]) -> str | None:
-    """``--set train.epochs=N`` on a run whose stopping rule caps epochs with ``early_stopping.max_epochs``: the
-    setting wins (the user asked for N epochs; the rule may still stop earlier), so the cap becomes N, in ``cfg``
-    and hence in the run's config.yaml. Returns the one line that says so (None when nothing changed)."""
-    from xmr.config import parse_assignments
-
-    keys = parse_assignments(overrides, "--set")
-    es = cfg["train"]["early_stopping"]
-    if "train.epochs" not in keys or "train.early_stopping.max_epochs" in keys or not es["enabled"] \
-            or not es["max_epochs"] or es["max_epochs"] == cfg["train"]["epochs"]:
-        return None
-    before, es["max_epochs"] = es["max_epochs"], cfg["train"]["epochs"]
-    return (f"--set train.epochs={cfg['train']['epochs']}: the stopping rule's cap follows it "
-            f"(train.early_stopping.max_epochs {before} -> {es['max_epochs']}; the rule may still stop earlier)")
+def uses_rule(stop: Stopping, sched: Schedule) -> bool:
+    return stop.enabled or sched.name == "plateau"
 
 
-def uses_rule(cfg: dict) -> bool:
-    return cfg["train"]["early_stopping"]["enabled"] or cfg["optim"]["schedule"]["name"] == "plateau"
-
-
-def check_config(cfg: dict, name: str) -> None:
+def check_settings(stop: Stopping, sched: Schedule, val: Validation, name: str) -> None:
     """The rule counts validated epochs: it needs validation every epoch."""
-    if uses_rule(cfg) and cfg["train"]["val_every"] != 1:
-        raise XmrError(f"{name}: train.val_every: {cfg['train']['val_every']} with early stopping or the plateau "
+    if uses_rule(stop, sched) and val.every != 1:
+        raise XmrError(f"{name}: train.val_every: {val.every} with early stopping or the plateau "
                        f"schedule; the rule counts epochs without improvement, so set train.val_every: 1")
 
 
-def update(state: dict[str, Any], rsum: float, epoch: int, cfg: dict) -> str:
+def update(state: dict[str, Any], rsum: float, epoch: int, es: Stopping, sched: Schedule) -> str:
     """Apply the rule to the validation RSUM of (1-based) ``epoch``; ``state`` changes in place. Returns what
     happened: ``warmup`` (one of the first ``early_stopping.warmup_epochs``, not counted), ``improved``,
     ``wait``, ``lr_drop`` (the LR drops from the next epoch on) or ``stop``."""
-    es, sched = cfg["train"]["early_stopping"], cfg["optim"]["schedule"]
-    if epoch <= es["warmup_epochs"]:  # a loss warm-up's RSUM is not the method's: neither a best nor a bad epoch
+    if epoch <= es.warmup_epochs:  # a loss warm-up's RSUM is not the method's: neither a best nor a bad epoch
         return "warmup"
-    if rsum > state["best"] + es["min_delta"]:
+    if rsum > state["best"] + es.min_delta:
         state["best"], state["bad_epochs"] = rsum, 0
         return "improved"
     state["bad_epochs"] += 1
-    if state["bad_epochs"] < es["patience"]:
+    if state["bad_epochs"] < es.patience:
         return "wait"
-    if sched["name"] == "plateau" and state["lr_drops"] < sched["plateau_drops"]:
+    if sched.name == "plateau" and state["lr_drops"] < sched.plateau_drops:
         state["lr_drops"] += 1
         state["lr_drop_epochs"] = [*state["lr_drop_epochs"], epoch]
         state["bad_epochs"] = 0
         return "lr_drop"
-    if es["enabled"]:
+    if es.enabled:
         state["stopped"] = True
         return "stop"
     return "wait"
 
 
-def summary(state: dict[str, Any], epochs_trained: int, cfg: dict) -> dict[str, Any]:
+def summary(state: dict[str, Any], epochs_trained: int, es: Stopping) -> dict[str, Any]:
     """What train.json records about the rule: the epochs trained, the LR drops and how the run ended
     (``plateau``: stopped by the rule; ``cap``: the rule was on but the epoch cap came first; ``epochs``: no rule,
     the fixed number of epochs)."""
-    enabled = cfg["train"]["early_stopping"]["enabled"]
-    ended = "plateau" if state["stopped"] else ("cap" if enabled else "epochs")
-    return {"epochs_trained": epochs_trained, "max_epochs": max_epochs(cfg), "stopped_by": ended,
+    ended = "plateau" if state["stopped"] else ("cap" if es.enabled else "epochs")
+    return {"epochs_trained": epochs_trained, "max_epochs": es.cap, "stopped_by": ended,
             "plateau_reached": bool(state["stopped"]), "lr_drop_epochs": list(state["lr_drop_epochs"]),
-            "early_stopping": dict(cfg["train"]["early_stopping"])}
+            "early_stopping": {k: getattr(es, f) for f, k in
+                               ((f, Stopping.KEYS[f].rsplit(".", 1)[1]) for f in Stopping.KEYS)}}

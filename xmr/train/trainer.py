@@ -39,10 +39,10 @@ from xmr.io import (atomic_path, check_writable_dir, fault_point, load_checkpoin
                     write_json)
 from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
 from xmr.methods import METHODS, RetrievalModel
-from xmr.models.image_backbone import backbone_frozen, check_image_source, is_end_to_end, loss_scale
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
 from xmr.run_inputs import RunInputs
+from xmr.run_settings import Batching, RunSettings, TextInput, run_settings
 from xmr.run_lock import process_run_lock
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
@@ -74,24 +74,24 @@ class TrainForward(torch.nn.Module):
         return self.model(feats, num_regions, text, image_index)
 
 
-def build_vocab_words(cfg: dict, train_split) -> list[str] | None:
-    if cfg["text"]["encoder"] != "bigru":
+def build_vocab_words(text: TextInput, train_split) -> list[str] | None:
+    if text.encoder != "bigru":
         return None
     from xmr.text.vocab import Vocabulary, nltk_tokenize
 
     tokens = train_split.tokens
-    if cfg["text"]["tokenizer"] == "nltk":  # the words the encoder will see (its collate tokenizes the same way)
+    if text.tokenizer == "nltk":  # the words the encoder will see (its collate tokenizes the same way)
         tokens = [nltk_tokenize(c) for c in train_split.captions]
-    return Vocabulary.build(tokens, cfg["text"]["min_word_count"]).words
+    return Vocabulary.build(tokens, text.min_word_count).words
 
 
-def inputs_digest(cfg: dict, e2e: bool, model: RetrievalModel) -> tuple[str, dict[str, str]]:
+def inputs_digest(settings: RunSettings, model: RetrievalModel) -> tuple[str, dict[str, str]]:
     """Hash of what the run reads besides its config (:class:`xmr.run_inputs.RunInputs` of the training split:
     features or, end to end, the backbone weights; precomputed text features; annotations), so that a run never
     resumes onto inputs that changed since last.pt was written (Snakemake reruns a training when its inputs change,
     and last.pt is not one of the outputs it deletes). Also returns the parts, for the run's tags."""
-    weights = model.image_backbone.net.weights_sha256 if e2e else None
-    return RunInputs.of(cfg, "train").digest(weights)
+    weights = model.image_backbone.net.weights_sha256 if settings.image.end_to_end else None
+    return RunInputs.of(settings, "train").digest(weights)
 
 
 def config_digest(cfg: dict) -> str:
@@ -129,18 +129,18 @@ def build_optimizer(model: RetrievalModel, optim_cfg: dict, fused: bool = False)
     return torch.optim.SGD(groups, lr=optim_cfg["lr"], momentum=optim_cfg["momentum"], weight_decay=wd)
 
 
-def validate(model: RetrievalModel, cfg: dict, data, feats, device) -> tuple[dict, dict[str, float]]:
+def validate(model: RetrievalModel, settings: RunSettings, data, feats, device) -> tuple[dict, dict[str, float]]:
     """Validation metrics and the spread of the validation similarity matrix (its mean and std are what a
     re-ranker standardises with; xmr/evaluation/spread.py)."""
-    img, cap = encode_split(model, cfg, data, feats, device, cfg["train"]["val_max_images"])
+    img, cap = encode_split(model, settings.image, data, feats, device, settings.validation.batch_size,
+                            settings.batching.workers, settings.validation.max_images)
     sims = model.similarity_matrix(img.to(device), cap.to(device)).cpu()
-    c = cfg["dataset_cfg"]["captions_per_image"]
+    c = settings.dataset_config["captions_per_image"]
     return evaluate_sims(sims, protocol="plain", captions_per_image=c), similarity_spread(sims, c)
 
 
-def _batch_sampler(cfg: dict, data, epoch: int, ctx) -> OnePerClassBatchSampler:
-    tcfg = cfg["train"]
-    return OnePerClassBatchSampler(data.caption_labels, tcfg["batch_size"], seed=tcfg["seed"] * 7919 + epoch,
+def _batch_sampler(batching: Batching, seed: int, data, epoch: int, ctx) -> OnePerClassBatchSampler:
+    return OnePerClassBatchSampler(data.caption_labels, batching.batch_size, seed=seed * 7919 + epoch,
                                    rank=ctx.rank, world_size=ctx.world_size)
 
 
@@ -163,11 +163,13 @@ class TrainStep:
     gradient clipping, optimizer and method hooks. Returns the loss terms (``loss`` and the method's named terms)."""
 
     def __init__(self, model: RetrievalModel, train_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 scaler: torch.amp.GradScaler, cfg: dict, device: torch.device, use_amp: bool = False,
-                 amp_dtype: torch.dtype = torch.float16, labels: torch.Tensor | None = None,
+                 scaler: torch.amp.GradScaler, settings: RunSettings, grad_clip: float, device: torch.device,
+                 use_amp: bool = False, amp_dtype: torch.dtype = torch.float16, labels: torch.Tensor | None = None,
                  texts: CaptionTexts | None = None) -> None:
         self.model, self.train_model, self.optimizer, self.scaler = model, train_model, optimizer, scaler
-        self.cfg, self.device, self.use_amp, self.amp_dtype, self.labels = cfg, device, use_amp, amp_dtype, labels
+        self.batching, self.schedule, self.image = settings.batching, settings.schedule, settings.image
+        self.grad_clip = grad_clip  # optim.grad_clip
+        self.device, self.use_amp, self.amp_dtype, self.labels = device, use_amp, amp_dtype, labels
         self.texts = texts  # the training split's caption texts, for train.positives: caption_text
         # a finiteness check reads the loss on the host: a device sync per step. The train loop turns it off on
         # CUDA and checks every host_sync_every(device) steps instead (and before any checkpoint).
@@ -175,11 +177,10 @@ class TrainStep:
         self.plateau_drops = 0  # the plateau schedule's LR drops so far (xmr/train/stopping.py)
 
     def __call__(self, batch: dict, epoch: int, it: int, steps_per_epoch: int) -> dict[str, torch.Tensor]:
-        tcfg, ocfg, model, device = self.cfg["train"], self.cfg["optim"], self.model, self.device
+        batching, sched, model, device = self.batching, self.schedule, self.model, self.device
         frac = epoch + it / max(1, steps_per_epoch)
         for g in self.optimizer.param_groups:
-            g["lr"] = max(g["base_lr"] * lr_factor(frac, tcfg["epochs"], ocfg["schedule"],
-                                                             self.plateau_drops), ocfg["schedule"]["min_lr"])
+            g["lr"] = max(g["base_lr"] * lr_factor(frac, sched, self.plateau_drops), sched.min_lr)
         idx = batch["image_index"].to(device)
         cap = batch["caption_index"].to(device) if "caption_index" in batch else None
         x, nr = image_input(batch, device)
@@ -187,24 +188,24 @@ class TrainStep:
             # idx: dataset image indices, for methods with memory banks (CODER)
             local = self.train_model(x, nr, _to(batch["text"], device), idx)
             out = {**local, "img": local["img"].float(), "txt": local["txt"].float()}
-            if tcfg["gather_negatives"]:  # one loss over the global batch (every process computes it)
+            if batching.gather_negatives:  # one loss over the global batch (every process computes it)
                 # every tensor of the forward's output has one row per pair: embeddings, and the residuals,
                 # slots, masks the loss reads (DVSE, PVSE, DivE)
                 out = {k: dist.gather_batch(v) if torch.is_tensor(v) else v for k, v in out.items()}
                 idx = dist.gather_batch(idx)
                 cap = None if cap is None else dist.gather_batch(cap)
             labels = None if self.labels is None else self.labels[idx]
-            pos_mask = positive_mask(idx, labels, tcfg["positives"], tcfg["mask_same_image"], cap, self.texts)
+            pos_mask = positive_mask(idx, labels, batching.positives, batching.mask_same_image, cap, self.texts)
             terms = model.compute_loss(out, pos_mask, frac)
         loss = terms["loss"]
         if self.check_finite and not torch.isfinite(loss):
             raise NonFiniteLoss(loss.item())
         self.optimizer.zero_grad(set_to_none=True)
-        scale = loss_scale(self.cfg, epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
+        scale = self.image.loss_scale(epoch, it, steps_per_epoch)  # 1 unless unfreeze_loss_ramp
         self.scaler.scale(loss * scale if scale != 1.0 else loss).backward()
-        if ocfg["grad_clip"]:
+        if self.grad_clip:
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), ocfg["grad_clip"])
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         model.on_train_step_end(local)
@@ -262,9 +263,11 @@ class TrainState:
 
 @dataclass
 class TrainRun:
-    """What set-up builds once and every epoch uses."""
+    """What set-up builds once and every epoch uses: ``cfg`` (the run config: config.yaml, its digest, MLflow's
+    params and tags) stays in this module; the parts below take ``settings``."""
 
     cfg: dict
+    settings: RunSettings
     out: Path
     ctx: Any  # xmr.train.distributed.DistContext
     device: torch.device
@@ -292,53 +295,58 @@ class TrainRun:
         return self.out / checkpoint_files.LAST
 
 
-def prepare_process(cfg: dict, out: Path, ctx) -> torch.device:
+def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
     """Checks that need no data, this process's device, threads and seeds."""
-    tcfg = cfg["train"]
-    device = resolve_device(tcfg["device"]) if not ctx.enabled else ctx.device
+    proc = settings.process
+    device = resolve_device(proc.device) if not ctx.enabled else ctx.device
     if ctx.is_main:  # before loading data and models: a read-only or missing disk fails in one line, at once
         check_writable_dir(out, "training output directory (--out-dir)")
         for name in ("config.yaml", checkpoint_files.LAST, checkpoint_files.BEST, "history.csv", "train.json"):
             remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
-    if tcfg["threads"]:
-        torch.set_num_threads(tcfg["threads"])  # e.g. several runs sharing a machine: OpenMP oversubscription
-    check_image_source(cfg, cfg["name"])
-    stopping.check_config(cfg, cfg["name"])
-    seed_everything(tcfg["seed"])
-    if tcfg["deterministic"]:
-        use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=tcfg["fill_uninitialized_memory"])
+    if proc.threads:
+        torch.set_num_threads(proc.threads)  # e.g. several runs sharing a machine: OpenMP oversubscription
+    if settings.image.end_to_end:
+        settings.image.preparation  # noqa: B018 - decided and checked now, before any data is read
+    stopping.check_settings(settings.stopping, settings.schedule, settings.validation, settings.name)
+    seed_everything(proc.seed)
+    if proc.deterministic:
+        use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=proc.fill_uninitialized_memory)
     return device
 
 
 def set_up(cfg: dict, out: Path, ctx) -> TrainRun:
-    """Data, model, optimizer and step of a run (before any resume)."""
-    tcfg = cfg["train"]
-    device = prepare_process(cfg, out, ctx)
-    e2e = is_end_to_end(cfg)
-    train_data, train_feats = load_split_images(cfg, "train", train=True)
-    check_batching(cfg, train_data)
-    if tcfg["gather_negatives"] and not METHODS.get(cfg["method"]).gathered_loss:
-        raise XmrError(f"{cfg['name']}: train.gather_negatives: method {cfg['method']} keeps per-batch state for its "
-                       f"loss (momentum queues filled from the local batch), which is not gathered across processes; "
-                       f"set it false (docs/pipeline.md)")
+    """Data, model, optimizer and step of a run (before any resume). The run config is read here, into the typed
+    settings every part below takes (:func:`xmr.run_settings.run_settings`, the method's ``settings_of``)."""
+    settings = run_settings(cfg)
+    method = METHODS.get(settings.method).settings_of(cfg, settings.text)
+    device = prepare_process(settings, out, ctx)
+    image, batching, dataset_cfg = settings.image, settings.batching, settings.dataset_config
+    e2e = image.end_to_end
+    train_data, train_feats = load_split_images(image, dataset_cfg, "train", train=True)
+    check_batching(batching, train_data, settings.name, settings.dataset)
+    if batching.gather_negatives and not METHODS.get(settings.method).gathered_loss:
+        raise XmrError(f"{settings.name}: train.gather_negatives: method {settings.method} keeps per-batch state for "
+                       f"its loss (momentum queues filled from the local batch), which is not gathered across "
+                       f"processes; set it false (docs/pipeline.md)")
     labels = None if train_data.image_labels is None else torch.as_tensor(train_data.image_labels).to(device)
-    texts = caption_texts(train_data).to(device) if tcfg["positives"] == "caption_text" else None
-    val_data, val_feats = load_split_images(cfg, cfg["dataset_cfg"]["val_split"])
-    vocab_words = build_vocab_words(cfg, train_data)
-    model = build_model(cfg, None if e2e else train_feats.feature_dim, vocab_words).to(device)
+    texts = caption_texts(train_data).to(device) if batching.positives == "caption_text" else None
+    val_data, val_feats = load_split_images(image, dataset_cfg, dataset_cfg["val_split"])
+    vocab_words = build_vocab_words(settings.text, train_data)
+    model = build_model(method, image, None if e2e else train_feats.feature_dim, vocab_words).to(device)
     model.prepare(train_data)  # data-dependent state (CODER's concepts); a resumed checkpoint overwrites it
     optimizer = build_optimizer(model, cfg["optim"], fused=device.type == "cuda")
-    use_amp = tcfg["amp"] and device.type == "cuda"
+    use_amp = settings.process.amp and device.type == "cuda"
     amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
-    stepper = TrainStep(model, None, optimizer, scaler, cfg, device, use_amp, amp_dtype, labels, texts)
-    run = TrainRun(cfg, out, ctx, device, e2e, stopping.max_epochs(cfg), train_data, train_feats, val_data,
+    stepper = TrainStep(model, None, optimizer, scaler, settings, cfg["optim"]["grad_clip"], device, use_amp,
+                        amp_dtype, labels, texts)
+    run = TrainRun(cfg, settings, out, ctx, device, e2e, settings.stopping.cap, train_data, train_feats, val_data,
                    val_feats, vocab_words, model, model.image_backbone.feature_dim if e2e else train_feats.feature_dim,
                    optimizer, stepper)
     run.config_sha = config_digest(cfg)
-    run.inputs_sha, run.input_parts = ctx.from_main(lambda: inputs_digest(cfg, e2e, model))  # one store read
+    run.inputs_sha, run.input_parts = ctx.from_main(lambda: inputs_digest(settings, model))  # one store read
     return run
 
 
@@ -360,7 +368,7 @@ def resume_state(run: TrainRun, resume: bool) -> tuple[TrainState, bool]:
     run.model.load_state_dict(ck["model"])
     run.optimizer.load_state_dict(ck["optimizer"])
     state = TrainState.from_checkpoint(ck)
-    written_by, bs = ck.get("world_size", ctx.world_size), run.cfg["train"]["batch_size"]
+    written_by, bs = ck.get("world_size", ctx.world_size), run.settings.batching.batch_size
     if written_by != ctx.world_size and ctx.is_main:  # allowed, but the global batch is not what it was
         print(f"note: resuming with {ctx.world_size} process(es); {last} was written by {written_by}, so the "
               f"global batch changes from {bs * written_by} to {bs * ctx.world_size} (train.batch_size is per "
@@ -385,10 +393,12 @@ def start_epochs(run: TrainRun, state: TrainState) -> None:
         run.out.mkdir(parents=True, exist_ok=True)
         with atomic_path(run.out / "config.yaml", ".yaml") as tmp:
             tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    run.dataset = PairDataset(run.train_data, run.train_feats, cfg["features"]["max_regions"])
-    bs = cfg["train"]["batch_size"]
-    run.steps_per_epoch = len(_batch_sampler(cfg, run.train_data, 0, ctx)) if cfg["train"]["sampler"] != "random" \
-        else math.ceil(len(run.dataset) / (bs * ctx.world_size))
+    settings = run.settings
+    batching = settings.batching
+    run.dataset = PairDataset(run.train_data, run.train_feats, settings.image.max_regions)
+    bs = batching.batch_size
+    run.steps_per_epoch = len(_batch_sampler(batching, settings.process.seed, run.train_data, 0, ctx)) \
+        if batching.sampler != "random" else math.ceil(len(run.dataset) / (bs * ctx.world_size))
     run.sync_every = host_sync_every(run.device)
     run.stepper.check_finite = run.sync_every == 1
     run.stepper.plateau_drops = state.stopping["lr_drops"]
@@ -410,25 +420,26 @@ def run_tags(run: TrainRun) -> dict[str, Any]:
 
 def epoch_loader(run: TrainRun, epoch: int) -> DataLoader:
     """The training pairs of ``epoch`` (its order a function of the seed and the epoch)."""
-    cfg, ctx, device = run.cfg, run.ctx, run.device
-    tcfg = cfg["train"]
+    ctx, device = run.ctx, run.device
+    batching, seed = run.settings.batching, run.settings.process.seed
     collate = PairCollate(run.model.text.collate, "train")
-    if tcfg["sampler"] != "random":
-        return DataLoader(run.dataset, batch_sampler=_batch_sampler(cfg, run.train_data, epoch, ctx),
-                          num_workers=tcfg["workers"], collate_fn=collate, pin_memory=device.type == "cuda")
-    bs = tcfg["batch_size"]
-    sampler = ctx.sampler(run.dataset, seed=tcfg["seed"] + epoch)
-    gen = torch.Generator().manual_seed(tcfg["seed"] * 7919 + epoch)
+    if batching.sampler != "random":
+        return DataLoader(run.dataset, batch_sampler=_batch_sampler(batching, seed, run.train_data, epoch, ctx),
+                          num_workers=batching.workers, collate_fn=collate, pin_memory=device.type == "cuda")
+    bs = batching.batch_size
+    sampler = ctx.sampler(run.dataset, seed=seed + epoch)
+    gen = torch.Generator().manual_seed(seed * 7919 + epoch)
     return DataLoader(run.dataset, batch_size=bs, shuffle=sampler is None, sampler=sampler, generator=gen,
-                      num_workers=tcfg["workers"], collate_fn=collate, drop_last=len(run.dataset) > bs,
+                      num_workers=batching.workers, collate_fn=collate, drop_last=len(run.dataset) > bs,
                       pin_memory=device.type == "cuda")
 
 
 def set_backbone_phase(run: TrainRun, epoch: int, first_epoch: int, progress: bool) -> None:
     """End to end: the image backbone frozen or trained in ``epoch`` (``image_backbone.frozen_epochs``)."""
-    frozen = backbone_frozen(run.cfg, epoch)
+    image = run.settings.image
+    frozen = image.backbone_frozen(epoch)
     run.model.image_backbone.set_frozen(frozen)
-    if progress and run.ctx.is_main and epoch in (first_epoch, run.cfg["image_backbone"]["frozen_epochs"]):
+    if progress and run.ctx.is_main and epoch in (first_epoch, image.frozen_epochs):
         print(f"epoch {epoch + 1}: image backbone {'frozen' if frozen else 'trained'}", flush=True)
 
 
@@ -436,8 +447,8 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
     """One pass over the training pairs; returns the epoch's history row (loss, speed, learning rate)."""
     from tqdm import tqdm
 
-    tcfg, ctx, device, last = run.cfg["train"], run.ctx, run.device, run.last
-    TrainState.reseed(tcfg["seed"], epoch)
+    ctx, device, last, log = run.ctx, run.device, run.last, run.settings.logging
+    TrainState.reseed(run.settings.process.seed, epoch)
     loader = epoch_loader(run, epoch)
     if run.e2e:
         set_backbone_phase(run, epoch, state.epoch + 1, progress)
@@ -468,12 +479,12 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
                 checked = it + 1
         if (it + 1) % sync_every == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}", samples_s=f"{seen / (time.time() - t0):.0f}")
-        every = tcfg["log_every_steps"]
+        every = log.every_steps
         if not progress and ctx.is_main and every and (it + 1) % every == 0:
             dt = time.time() - t0  # long epochs without a bar: where it is, how fast, how long to go
             log_line(f"epoch {epoch + 1}/{run.max_epochs}", step=f"{it + 1}/{steps}", loss=loss_sum.item() / nb,
                      samples_per_s=seen / max(dt, 1e-9), eta=eta(dt, it + 1, steps))
-        if state.step % tcfg["log_every"] == 0:
+        if state.step % log.every == 0:
             tracker.log_metrics({f"train/{k}": float(v.detach()) for k, v in terms.items()}
                                 | {"train/lr": run.optimizer.param_groups[0]["lr"]}, step=state.step)
     bar.close()
@@ -486,10 +497,9 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
 
 def validate_epoch(run: TrainRun, epoch: int, row: dict[str, Any], tracker: Tracker) -> None:
     """Main process, at a validation epoch: the validation metrics and spread into ``row``; the epoch's log line."""
-    cfg = run.cfg
-    if (epoch + 1) % cfg["train"]["val_every"] == 0 or epoch + 1 == run.max_epochs:
+    if (epoch + 1) % run.settings.validation.every == 0 or epoch + 1 == run.max_epochs:
         fault_point("validate")
-        metrics, spread = validate(run.model, cfg, run.val_data, run.val_feats, run.device)
+        metrics, spread = validate(run.model, run.settings, run.val_data, run.val_feats, run.device)
         row.update({"val_rsum": metrics["rsum"], **{f"val_{d}_{k}": metrics[d][k] for d in ("i2t", "t2i")
                                                      for k in ("r1", "r5", "r10")},
                     "val_sim_mean": spread["mean"], "val_sim_std": spread["std"], "val_margin": spread["margin"]})
@@ -516,14 +526,13 @@ def record_best(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any
 
 def apply_stopping(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any]) -> None:
     """Main process: the stopping rule on the epoch's validation RSUM (xmr/train/stopping.py)."""
-    cfg = run.cfg
-    if "val_rsum" not in row or not stopping.uses_rule(cfg):
+    es, sched = run.settings.stopping, run.settings.schedule
+    if "val_rsum" not in row or not stopping.uses_rule(es, sched):
         return
-    event = stopping.update(state.stopping, row["val_rsum"], epoch + 1, cfg)
+    event = stopping.update(state.stopping, row["val_rsum"], epoch + 1, es, sched)
     if event in ("lr_drop", "stop"):
-        print(f"epoch {epoch + 1}: validation RSUM has not improved for "
-              f"{cfg['train']['early_stopping']['patience']} epoch(s): "
-              + ("learning rate x" + str(cfg["optim"]["schedule"]["gamma"]) if event == "lr_drop"
+        print(f"epoch {epoch + 1}: validation RSUM has not improved for {es.patience} epoch(s): "
+              + ("learning rate x" + str(sched.gamma) if event == "lr_drop"
                  else f"plateau reached, stopping (best epoch {state.best_epoch})"), flush=True)
 
 
@@ -553,7 +562,7 @@ def end_epoch(run: TrainRun, state: TrainState, epoch: int, row: dict[str, Any],
         apply_stopping(run, state, epoch, row)
         save_epoch(run, state, is_best)
     ctx.barrier()
-    if not stopping.uses_rule(run.cfg):
+    if not stopping.uses_rule(run.settings.stopping, run.settings.schedule):
         return False
     state.stopping = ctx.from_main(lambda: state.stopping)
     run.stepper.plateau_drops = state.stopping["lr_drops"]
@@ -567,7 +576,7 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
             "best_epoch": state.best_epoch, "best_val_rsum": state.best_rsum,
             "epochs": cfg["train"]["epochs"], "mlflow_run_id": state.run_id, "experiment": experiment,
             "train_seconds": sum(r.get("seconds", 0) for r in state.history),
-            **stopping.summary(state.stopping, len(state.history), cfg),
+            **stopping.summary(state.stopping, len(state.history), run.settings.stopping),
             "val_similarity": state.best_val_similarity,
             "history": state.history}
 
@@ -581,10 +590,11 @@ def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: 
         run = set_up(cfg, out, ctx)
         state, resumed = resume_state(run, resume)
         start_epochs(run, state)
-        tracker = Tracker(cfg["tracking"]["enabled"] and ctx.is_main)
-        experiment = cfg["tracking"]["experiment"] or f"xmr/{cfg['dataset']}"
+        tracking = run.settings.tracking
+        tracker = Tracker(tracking.enabled and ctx.is_main)
+        experiment = tracking.experiment_name
         # mlflow_run_id beside last.pt: a resumed training continues its run, a restarted one marks it KILLED
-        with tracker.run(experiment, cfg["tracking"]["run_name"] or cfg["name"], run_id=state.run_id,
+        with tracker.run(experiment, tracking.name, run_id=state.run_id,
                          tags=run_tags(run), id_file=out / "mlflow_run_id", resume=resumed):
             state.run_id = tracker.run_id
             if state.epoch < 0:
