@@ -69,5 +69,4 @@ def summary(state: dict[str, Any], epochs_trained: int, es: Stopping) -> dict[st
     ended = "plateau" if state["stopped"] else ("cap" if es.enabled else "epochs")
     return {"epochs_trained": epochs_trained, "max_epochs": es.cap, "stopped_by": ended,
             "plateau_reached": bool(state["stopped"]), "lr_drop_epochs": list(state["lr_drop_epochs"]),
-            "early_stopping": {k: getattr(es, f) for f, k in
-                               ((f, Stopping.KEYS[f].rsplit(".", 1)[1]) for f in Stopping.KEYS)}}
+            "early_stopping": {f: getattr(es, f) for f in Stopping.KEYS}}  # its fields are the section's keys

@@ -42,8 +42,8 @@ from xmr.methods import METHODS, RetrievalModel
 from xmr.progress import eta, log_line
 from xmr.reproducibility import use_deterministic_algorithms
 from xmr.run_inputs import RunInputs
-from xmr.run_settings import Batching, RunSettings, TextInput, run_settings
 from xmr.run_lock import process_run_lock
+from xmr.run_settings import Batching, RunSettings, TextInput, run_settings
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train import stopping
