@@ -343,6 +343,11 @@ def text_features_dir(cfg: dict) -> Path | None:
     return Path(cfg["features"]["dir"]) / cfg["dataset"] / kind if kind else None
 
 
+def text_input(cfg: dict) -> TextInput:
+    """The :class:`TextInput` of a validated run config."""
+    return _fill(TextInput, cfg, precomputed_dir=text_features_dir(cfg))
+
+
 def max_epochs(cfg: dict) -> int:
     """The epoch cap of a run config: ``train.early_stopping.max_epochs`` when set and the rule is on, else
     ``train.epochs``."""
@@ -357,7 +362,7 @@ def run_settings(cfg: dict) -> RunSettings:
     image = _fill(ImageInput, cfg, name=name, dataset=dataset, backbone_entry=copy.deepcopy(cfg.get("backbone_cfg")))
     return RunSettings(
         name=name, method=cfg["method"], dataset=dataset, dataset_config=cfg["dataset_cfg"], image=image,
-        text=_fill(TextInput, cfg, precomputed_dir=text_features_dir(cfg)),
+        text=text_input(cfg),
         batching=_fill(Batching, cfg), process=_fill(Process, cfg), schedule=_fill(Schedule, cfg),
         stopping=_fill(Stopping, cfg, cap=max_epochs(cfg)), validation=_fill(Validation, cfg),
         logging=_fill(Logging, cfg),

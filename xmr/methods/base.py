@@ -14,7 +14,7 @@ from xmr.errors import XmrError
 # registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
 import xmr.models.text_precomputed  # noqa: F401
 from xmr.registry import Registry
-from xmr.run_settings import TextInput, run_settings
+from xmr.run_settings import TextInput, text_input
 
 METHODS: Registry[type["RetrievalModel"]] = Registry("method")
 
@@ -92,15 +92,16 @@ class RetrievalModel(nn.Module):
     conformance_overrides: ClassVar[dict] = {}
 
     @classmethod
-    def settings_of(cls, run_cfg: dict, text: TextInput) -> MethodSettings:
+    def settings_of(cls, run_cfg: dict, text: TextInput | None) -> MethodSettings:
         """The method's settings from a validated run config (its schema's defaults filled): the one reader of a
         run config's ``model``, ``loss``, ``eval`` scoring and text-encoder keys. ``text``: the run's
-        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live)."""
+        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live; None: the encoder reads
+        no precomputed features)."""
         name = run_cfg["method"]
         ev = run_cfg["eval"]
         section = copy.deepcopy(run_cfg["text"])
         if section["encoder"] == "precomputed":
-            if text.precomputed_dir is None:
+            if text is None or text.precomputed_dir is None:
                 raise XmrError(f"{run_cfg.get('name', 'recipe')}: text.encoder is 'precomputed' but neither "
                                f"features.text (e.g. hglmm) nor text.features_dir is set")
             section["features_dir"] = str(text.precomputed_dir)
@@ -114,7 +115,8 @@ class RetrievalModel(nn.Module):
     @classmethod
     def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
         """The method built from a validated run config (:meth:`settings_of`; for tests and scripts)."""
-        return cls(cls.settings_of(run_cfg, run_settings(run_cfg).text), image_dim, vocab_words)
+        text = text_input(run_cfg) if run_cfg["text"]["encoder"] == "precomputed" else None
+        return cls(cls.settings_of(run_cfg, text), image_dim, vocab_words)
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()
