@@ -104,8 +104,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args()
-    base = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.base], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "--verify", "--quiet",
+                            f"{args.base}^{{commit}}"], capture_output=True, text=True)
+    if found.returncode:
+        sys.exit(f"check_identity: --base {args.base}: not a commit of {ROOT}; name one (e.g. HEAD~1, a hash)")
+    base = found.stdout.strip()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True, check=True).stdout.strip()
     if subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True,
