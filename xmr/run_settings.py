@@ -4,24 +4,18 @@ The trainer and the ``xmr`` commands hold the run config (a validated dict, :mod
 part takes the frozen settings of its own concern and nothing else, so that a signature says what a part depends
 on and a key renamed in the schema fails here, when the settings are built, not in whichever part reads it:
 
-==================  ==========================================================  =====================================
-settings            keys                                                        read by
-==================  ==========================================================  =====================================
-:class:`ImageInput`  ``features.{source,dir,backbone,max_regions}``,             loaders, image backbone, run inputs,
-                    ``image_backbone.*``; end to end the prepared input          encoding
-                    (:class:`ImagePreparation`)
-:class:`TextInput`   ``text.{encoder,tokenizer,min_word_count,features_dir}``,  vocabulary, run inputs, precomputed
-                    ``features.text``                                            text features
-:class:`Batching`    ``train.{batch_size,sampler,positives,mask_same_image,      samplers, positives, the epoch's
-                    workers,gather_negatives}``                                  loader
-:class:`Process`     ``train.{device,threads,seed,deterministic,                 the process set-up, the step
-                    fill_uninitialized_memory,amp}``
-:class:`Schedule`    ``optim.schedule.*``, ``train.epochs``                      the learning rate of a step
-:class:`Stopping`    ``train.early_stopping.*``                                  the stopping rule
-:class:`Validation`  ``train.{val_every,val_max_images}``, ``eval.batch_size``  validation and encoding
-:class:`Logging`     ``train.{log_every,log_every_steps}``                      the epoch loop
-:class:`Tracking`    ``tracking.*``                                              MLflow
-==================  ==========================================================  =====================================
+- :class:`ImageInput`: ``features.{source,dir,backbone,max_regions}``, ``image_backbone.*``; end to end the
+  prepared input (:class:`ImagePreparation`). Read by the loaders, the image backbone, the run inputs, encoding.
+- :class:`TextInput`: ``text.{encoder,tokenizer,min_word_count,features_dir}``, ``features.text``. The vocabulary,
+  the run inputs, the precomputed text features.
+- :class:`Batching`: ``train.{batch_size,sampler,positives,mask_same_image,workers,gather_negatives}``. Samplers,
+  positives, the epoch's loader.
+- :class:`Process`: ``train.{device,threads,seed,deterministic,fill_uninitialized_memory,amp}``. The process set-up.
+- :class:`Schedule`: ``optim.schedule.*``, ``train.epochs``. The learning rate of a step.
+- :class:`Stopping`: ``train.early_stopping.*``. The stopping rule.
+- :class:`Validation`: ``train.{val_every,val_max_images}``, ``eval.batch_size``. Validation and encoding.
+- :class:`Logging`: ``train.{log_every,log_every_steps}``. The epoch loop.
+- :class:`Tracking`: ``tracking.*``. MLflow.
 
 A method's own settings (``model``, ``loss``, ``eval`` scoring, the text encoder) are its
 :class:`xmr.methods.base.MethodSettings`, built by the method's door (``RetrievalModel.settings_of``); the
