@@ -17,6 +17,7 @@ import yaml
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, ImportedModel, check_state_keys
 from xmr.errors import XmrError
+from xmr.run_settings import ImageInput, run_settings
 
 #: what ``import_checkpoint`` writes into the run directory
 RUN_FILES = ("best.pt", "config.yaml", "vocab.json", "provenance.json")
@@ -68,7 +69,7 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
     cfg = load_run_config(path, overrides, sections=sections)
     if cfg["method"] != imported.method:
         raise XmrError(f"{path}: method {cfg['method']} but the checkpoint is a {imported.method} model")
-    check_feature_size(cfg, imported.image_dim, path)
+    check_feature_size(run_settings(cfg).image, imported.image_dim, path)
     return cfg
 
 
@@ -86,13 +87,13 @@ def backbone_feature_dim(backbone_cfg: dict) -> int | None:
     return int(getattr(BACKBONES.get(backbone_cfg["name"]), "feature_dim", 0) or 0) or None
 
 
-def check_feature_size(cfg: dict, image_dim: int | None, where: str | os.PathLike) -> None:
+def check_feature_size(image: ImageInput, image_dim: int | None, where: str | os.PathLike) -> None:
     """The image features the run reads (``features.backbone``) must have the checkpoint's image-layer input size;
     else scoring would fail later with a shape error."""
-    dim = backbone_feature_dim(cfg.get("backbone_cfg") or {})
+    dim = backbone_feature_dim(image.backbone_entry or {})
     if image_dim is None or dim is None or dim == int(image_dim):
         return
-    key = cfg["features"]["backbone"]
+    key = image.backbone
     raise XmrError(f"features.backbone={key}: its features are {dim}-d but the checkpoint's image layer takes "
                    f"{image_dim}-d inputs ({where}); choose a config/backbones.yaml entry with {image_dim}-d features "
                    f"(--set features.backbone=KEY, or the recipe's features.backbone)")
