@@ -28,6 +28,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)
+    settings = run_settings(cfg)
     if not Path(sims_path).exists():
         raise XmrError(f"{sims_path}: similarity matrix not found; run `xmr score --run {run_dir}` first")
     sims = np.load(sims_path)
@@ -46,7 +47,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         from xmr.gallery_cache import read_gallery
 
         # written by `xmr score`: no re-read of the split
-        cached = read_gallery(run_dir, run_settings(cfg), ds["test_split"])
+        cached = read_gallery(run_dir, settings, ds["test_split"])
         if cached is not None:
             labels, subsets = cached["image_labels"], cached["subsets"]
             shape = (len(cached["image_ids"]), len(cached["captions"]))
@@ -72,7 +73,7 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
               "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
               **{k: train_info.get(k) for k in TRAINING_KEYS}}
     # written by `xmr score` for set methods
-    set_stats = read_set_statistics(run_dir, run_settings(cfg), ds["test_split"])
+    set_stats = read_set_statistics(run_dir, settings, ds["test_split"])
     if set_stats is not None:
         result["set_statistics"] = set_stats
     if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):
