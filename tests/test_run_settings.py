@@ -164,3 +164,15 @@ def test_the_check_sees_a_function_taking_the_run_config(tmp_path):
 @pytest.mark.parametrize("module", BELOW_THE_TRAINER)
 def test_no_part_below_the_trainer_takes_the_run_config(module):
     assert cfg_parameters(XMR / module) == []
+
+
+def test_a_precomputed_text_encoder_without_a_features_dir_is_one_line_naming_the_run():
+    cfg = bare_config()
+    cfg["text"]["encoder"] = "precomputed"  # neither features.text nor text.features_dir
+    text = run_settings(cfg).text
+    assert text.precomputed_dir is None
+    with pytest.raises(XmrError, match=r"^bare: text.encoder is 'precomputed' but neither features.text \(e.g. "
+                                       r"hglmm\) nor text.features_dir is set$"):
+        text.required_features_dir("bare")
+    cfg["text"]["features_dir"] = "/feats/hglmm"
+    assert run_settings(cfg).text.required_features_dir("bare") == Path("/feats/hglmm")

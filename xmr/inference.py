@@ -77,12 +77,11 @@ def encode_split(model: RetrievalModel, image: ImageInput, data, feats, device: 
     model.eval()
     n = data.num_images if max_images is None else min(max_images, data.num_images)
     cap_idx = [j for j in range(data.num_captions) if data.caption_image[j] < n]
-    bs = batch_size
     text_collate = CaptionCollate(model.text.collate, data.split)
     img_set, img_collate = image_loader_parts(feats, list(range(n)), image.max_regions)
     img_workers = workers if image.end_to_end else 0  # decoding images is the slow part
-    img_loader = DataLoader(img_set, batch_size=bs, collate_fn=img_collate, num_workers=img_workers)
-    cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=bs, collate_fn=text_collate)
+    img_loader = DataLoader(img_set, batch_size=batch_size, collate_fn=img_collate, num_workers=img_workers)
+    cap_loader = DataLoader(CaptionDataset(data, cap_idx), batch_size=batch_size, collate_fn=text_collate)
     imgs, caps = [], []
     for b in tqdm(img_loader, desc="encode images", unit="batch", disable=not progress):
         imgs.append(model.embed_images(*image_input(b, device)).float().cpu())

@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.errors import XmrError
 from xmr.io import sha256_file
 from xmr.run_settings import RunSettings
 
@@ -40,10 +39,7 @@ class RunInputs:
     def of(cls, settings: RunSettings, split: str) -> RunInputs:
         image, text = settings.image, None
         if settings.text.encoder == "precomputed":
-            if settings.text.precomputed_dir is None:
-                raise XmrError(f"{settings.name}: text.encoder is 'precomputed' but neither features.text (e.g. "
-                               f"hglmm) nor text.features_dir is set")
-            text = settings.text.precomputed_dir / f"{split}.h5"
+            text = settings.text.required_features_dir(settings.name) / f"{split}.h5"
         return cls(split, image.end_to_end, None if image.end_to_end else image.feature_path(split), text,
                    tuple(annotation_files(settings.dataset_config)))
 

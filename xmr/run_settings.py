@@ -191,6 +191,13 @@ class TextInput:
     features: str | None
     precomputed_dir: Path | None  # text.features_dir, or {features.dir}/{dataset}/{features.text}; None: neither
 
+    def required_features_dir(self, name: str) -> Path:
+        """``precomputed_dir`` for a ``precomputed`` text encoder, which needs one (one-line error naming the run)."""
+        if self.precomputed_dir is None:
+            raise XmrError(f"{name}: text.encoder is 'precomputed' but neither features.text (e.g. hglmm) nor "
+                           f"text.features_dir is set")
+        return self.precomputed_dir
+
 
 @dataclass(frozen=True)
 class Batching:

@@ -92,19 +92,17 @@ class RetrievalModel(nn.Module):
     conformance_overrides: ClassVar[dict] = {}
 
     @classmethod
-    def settings_of(cls, run_cfg: dict, text: TextInput | None) -> MethodSettings:
+    def settings_of(cls, run_cfg: dict, text: TextInput | None = None) -> MethodSettings:
         """The method's settings from a validated run config (its schema's defaults filled): the one reader of a
         run config's ``model``, ``loss``, ``eval`` scoring and text-encoder keys. ``text``: the run's
-        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live; None: the encoder reads
-        no precomputed features)."""
+        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live; None: read from
+        ``run_cfg`` when the encoder needs it)."""
         name = run_cfg["method"]
         ev = run_cfg["eval"]
         section = copy.deepcopy(run_cfg["text"])
         if section["encoder"] == "precomputed":
-            if text is None or text.precomputed_dir is None:
-                raise XmrError(f"{run_cfg.get('name', 'recipe')}: text.encoder is 'precomputed' but neither "
-                               f"features.text (e.g. hglmm) nor text.features_dir is set")
-            section["features_dir"] = str(text.precomputed_dir)
+            text = text or text_input(run_cfg)
+            section["features_dir"] = str(text.required_features_dir(run_cfg.get("name", "recipe")))
         return MethodSettings(
             method=name,
             model=settings_from(cls.model_settings_class, run_cfg["model"], f"{name}: model"),
@@ -115,8 +113,7 @@ class RetrievalModel(nn.Module):
     @classmethod
     def from_config(cls, run_cfg: dict, image_dim: int, vocab_words: list[str] | None) -> "RetrievalModel":
         """The method built from a validated run config (:meth:`settings_of`; for tests and scripts)."""
-        text = text_input(run_cfg) if run_cfg["text"]["encoder"] == "precomputed" else None
-        return cls(cls.settings_of(run_cfg, text), image_dim, vocab_words)
+        return cls(cls.settings_of(run_cfg), image_dim, vocab_words)
 
     def __init__(self, settings: MethodSettings, image_dim: int, vocab_words: list[str] | None) -> None:
         super().__init__()
