@@ -219,3 +219,93 @@ def test_a_ladder_table_says_what_each_rung_adds_to_the_one_before():
     # without `ladder`, each variant is described by its own overrides
     plain = load_experiment("dvse_ablation")
     assert changes_text(plain, "no_dm", "synth") == "model.dynamic_mask.enabled=false"
+
+
+# ------------------------------------------------------------------------------ runs_from: a benchmark's run, reused
+
+def _toy_bench_and_experiment(tmp_path: Path, variants: dict, seeds=(0, 1)) -> Path:
+    """config/ with a toy recipe `a` (VSE++ at embed 8), a benchmark `bench` of it, and an experiment with
+    ``runs_from: [bench]``; returns the experiment file."""
+    cfg = tmp_path / "config"
+    (cfg / "recipes" / "toy").mkdir(parents=True)
+    (cfg / "datasets").mkdir()
+    toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
+    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))  # never generated
+    (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
+    (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
+    (cfg / "recipes" / "toy" / "a.yaml").write_text(
+        f"extends: {REPO / 'config' / 'methods' / 'vsepp.yaml'}\ndataset: toy\n"
+        "features: {backbone: efficientnet_lite0_128}\nmodel: {embed_dim: 8}\ntrain: {batch_size: 32}\n")
+    (cfg / "benchmark").mkdir()
+    (cfg / "benchmark" / "bench.yaml").write_text(yaml.safe_dump({
+        "name": "bench", "dataset": "toy", "seeds": list(seeds), "rerank": ["none"],
+        "overrides": {"train.threads": 1},
+        "variants": {"plain": {"recipe": "a"}, "margin": {"recipe": "a", "set": {"loss.margin": 0.1}}}},
+        sort_keys=False))
+    return write_experiment(cfg, {"name": "lad", "dataset": "toy", "recipe": "a", "rerank": ["none", "fr"],
+                                  "runs_from": ["bench"], "overrides": {"train.threads": 1}, "variants": variants})
+
+
+def test_runs_from_reuses_a_benchmark_run_only_when_the_run_config_is_the_same(tmp_path):
+    path = _toy_bench_and_experiment(tmp_path, {
+        "same": {},                                  # = bench's `plain` at seed 0 (the recipe's seed)
+        "same_margin": {"loss.margin": 0.1},         # = bench's `margin` at seed 0
+        "other_margin": {"loss.margin": 0.3},        # no benchmark variant trains this
+        "seed_1": {"train.seed": 1},                 # overrides differ from `plain`'s: trained as its own run
+    })
+    exp = load_experiment(path)
+    assert {v: k.run for v, k in exp.shared_runs("toy").items()} == {
+        "same": "bench/bench/plain/s0", "same_margin": "bench/bench/margin/s0"}
+    assert str(exp.run_dir("toy", "same")) == "runs/toy/bench/bench/plain/s0"           # trained once, there
+    assert str(exp.run_dir("toy", "other_margin")) == "runs/toy/exp/lad/other_margin"
+    # the results stay the experiment's own files, evaluated from the reused run
+    assert str(exp.result_path("toy", "same", "fr")) == "results/toy/exp/lad/same_fr.json"
+
+
+def test_runs_from_does_not_reuse_a_run_of_a_seed_the_benchmark_lacks(tmp_path):
+    exp = load_experiment(_toy_bench_and_experiment(tmp_path, {"same": {}}, seeds=(1, 2)))
+    assert exp.shared_runs("toy") == {}  # the recipe trains seed 0; the benchmark has no seed-0 run
+
+
+def test_runs_from_must_name_a_benchmark(tmp_path):
+    path = _toy_bench_and_experiment(tmp_path, {"same": {}})
+    doc = yaml.safe_load(path.read_text())
+    doc["runs_from"] = ["bnech"]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(XmrError, match=r"lad\.yaml: runs_from: no benchmark 'bnech' .*benchmarks: bench\)"):
+        load_experiment(path)
+
+
+def test_the_ladders_reuse_the_benchmark_runs_they_would_duplicate():
+    """By hand from the files: each ladder's `full` rung is its recipe under the benchmark's overrides, seed 0, which
+    is that benchmark variant's s0; DVSE's `l_ort` (no mask) and `l_var` (no mask, no L_ort) are dvse_sets's
+    dvse_no_dm and dvse_no_dm_no_ort; no other rung trains a benchmark's run."""
+    from xmr.workflow_inputs import parse_result
+
+    expected = {"dvse_ladder": {"full": "bench/benchmark/dvse/s0", "l_ort": "bench/dvse_sets/dvse_no_dm/s0",
+                                "l_var": "bench/dvse_sets/dvse_no_dm_no_ort/s0"},
+                "dive_ladder": {"full": "bench/benchmark/dive/s0"},
+                "coder_ladder": {"full": "bench/benchmark/coder/s0"},
+                "vse_2ad_ladder": {"full": "bench/benchmark/vse_2ad/s0"},
+                "dvse_base_ladder": {}}
+    for name, runs in expected.items():
+        exp = load_experiment(name)
+        assert {v: k.run for v, k in exp.shared_runs("synth").items()} == runs, name
+    # the workflow's results target of a reused rung evaluates the benchmark's run
+    key, rerank = parse_result("synth", "exp/dvse_ladder/l_ort_fr")
+    assert (key.run, rerank) == ("bench/dvse_sets/dvse_no_dm/s0", ["fr"])
+
+
+def test_snakemake_evaluates_a_reused_rung_from_the_benchmark_run():
+    """The command: the ladder's results file of a reused rung is `xmr test` on the benchmark's run directory, and
+    no training of the rung's own run is planned."""
+    import subprocess
+    import sys
+
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    r = subprocess.run([snakemake, "-n", "-p", "--nolock", "-c1", "-f", "results/synth/exp/vse_2ad_ladder/full.json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    assert "-m xmr test --run runs/synth/bench/benchmark/vse_2ad/s0 " in out
+    assert "exp/vse_2ad_ladder/full/" not in out  # no run directory of the rung's own

@@ -5,6 +5,8 @@ Two kinds of experiment:
 - **variants of one recipe** (``recipe`` + ``variants`` and/or ``sweep``): each variant is the recipe with config
   overrides, trained into ``runs/{dataset}/exp/{name}/{variant}/`` and evaluated into
   ``results/{dataset}/exp/{name}/{variant}[_{reranker}].json``;
+  A variant whose run would be a benchmark's (``runs_from``: the same recipe, overrides and seed) takes that run
+  instead of training it again: a ladder's last rung is its method's seed-0 benchmark run;
 - **a comparison of recipes** (``recipes``): the existing targets ``results/{dataset}/{recipe}[_{reranker}].json``
   (no retraining), e.g. every method x every re-ranker.
 
@@ -15,6 +17,7 @@ Paths are relative to the working directory (the repository root, as for every S
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -55,6 +58,7 @@ class Experiment:
     sweep: dict | None = None
     sweep_values: dict[str, Any] = field(default_factory=dict)  # variant -> swept value (sweep variants only)
     config_dir: Path = Path("config")  # where its recipes live (the config/ folder holding experiments/)
+    runs_from: list[str] = field(default_factory=list)  # benchmarks whose runs an identical variant reuses
 
     @property
     def kind(self) -> str:
@@ -100,9 +104,21 @@ class Experiment:
         return f"{self.name}.{variant}" if self.recipe else variant
 
     def run_key(self, dataset: str, variant: str) -> RunKey:
-        """A variant of a recipe is an experiment run; a comparison's variant is the recipe's own run."""
+        """The run a variant's results come from: a variant of a recipe is an experiment run, or the ``runs_from``
+        benchmark's run it would duplicate; a comparison's variant is the recipe's own run."""
+        shared = self.shared_runs(dataset).get(variant)
+        return shared or self._own_key(dataset, variant)
+
+    def _own_key(self, dataset: str, variant: str) -> RunKey:
         self.check_variant(variant)
         return RunKey.experiment(dataset, self.name, variant) if self.recipe else RunKey.recipe(dataset, variant)
+
+    def shared_runs(self, dataset: str) -> dict[str, RunKey]:
+        """variant -> the benchmark run (``runs_from``) trained with exactly the variant's run config (the same
+        recipe, overrides and seed; only ``name`` and ``description`` differ), which it reuses."""
+        if not self.runs_from or not self.recipe:
+            return {}
+        return dict(_shared_runs(str(self.path.resolve()), str(Path(self.config_dir).resolve()), dataset))
 
     def run_dir(self, dataset: str, variant: str, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
         return self.run_key(dataset, variant).run_dir(runs_root)
@@ -113,7 +129,7 @@ class Experiment:
 
     def result_path(self, dataset: str, variant: str, rerank: str = PLAIN,
                     results_root: str | os.PathLike = RESULTS_ROOT) -> Path:
-        return self.run_key(dataset, variant).result_path(rerank, results_root)
+        return self._own_key(dataset, variant).result_path(rerank, results_root)  # its own, even for a shared run
 
     def variants_for(self, dataset: str, config_dir: str | os.PathLike | None = None) -> list[str]:
         """Variants that exist on ``dataset``: all of them for a sweep; for a comparison of recipes, the recipes
@@ -189,7 +205,7 @@ def load_experiment(name_or_path: str | os.PathLike, config_dir: str | os.PathLi
     datasets = [doc["dataset"]] if isinstance(doc["dataset"], str) else list(doc["dataset"])
 
     if "recipes" in doc:
-        for key in ("recipe", "variants", "sweep", "overrides"):
+        for key in ("recipe", "variants", "sweep", "overrides", "runs_from"):
             if key in doc:
                 raise XmrError(f"{src}: {key}: not allowed with `recipes` (a comparison of existing recipes is "
                                f"not retrained); use `recipe` + `variants`/`sweep` for a sweep")
@@ -217,7 +233,13 @@ def load_experiment(name_or_path: str | os.PathLike, config_dir: str | os.PathLi
                 raise XmrError(f"{src}: variants.{name}: the sweep already makes a variant of that name")
             variants[name] = dict(over or {})
         exp = Experiment(doc["name"], path, doc, datasets, list(doc["rerank"]), variants, doc["recipe"], sweep,
-                         sweep_values, Path(config_dir))
+                         sweep_values, Path(config_dir), list(doc.get("runs_from") or []))
+        for name in exp.runs_from:
+            bpath = Path(config_dir) / "benchmark" / f"{name}.yaml"
+            if not bpath.exists():
+                known = sorted(p.stem for p in (Path(config_dir) / "benchmark").glob("*.yaml"))
+                raise XmrError(f"{src}: runs_from: no benchmark {name!r} ({bpath} not found; benchmarks: "
+                               f"{', '.join(known) or 'none'})")
     for name in exp.variants:
         base, _, suffix = name.rpartition("_")
         if base and suffix in known_rerankers:
@@ -269,6 +291,41 @@ def resolve_variant(exp: Experiment, variant: str, dataset: str | None = None,
     desc = ", ".join(f"{k}={json.dumps(v)}" for k, v in exp.overrides_of(variant).items()) or "recipe as is"
     overrides.append(f"description={json.dumps(f'experiment {exp.name}, variant {variant}: {desc}')}")
     return load_run_config(rpath, overrides + list(extra))
+
+
+# a run config's keys that name or describe the run without changing what it trains
+_LABEL_KEYS = ("name", "description")
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_runs(path: str, config_dir: str, dataset: str) -> tuple[tuple[str, RunKey], ...]:
+    """:meth:`Experiment.shared_runs`, once per experiment file and dataset in a process (the workflow asks for
+    every results target). A candidate must have the same recipe and the same merged overrides; the resolved run
+    configs are then compared whole, so that a match is the same training, not the same-looking one."""
+    from xmr.benchmark import load_benchmark
+    from xmr.run_config import load_run_config
+
+    exp = load_experiment(path, config_dir)
+    found: dict[str, RunKey] = {}
+    for name in exp.runs_from:
+        bench = load_benchmark(Path(config_dir) / "benchmark" / f"{name}.yaml", config_dir)
+        if bench.dataset != dataset or dataset not in exp.datasets:
+            continue
+        for variant in exp.variants:
+            if variant in found:
+                continue
+            for bv, spec in bench.variants.items():
+                if spec["recipe"] != exp.recipe or bench.overrides_of(bv) != exp.overrides_of(variant):
+                    continue
+                mine = resolve_variant(exp, variant, dataset)
+                seed = mine["train"]["seed"]
+                if seed not in bench.seeds:
+                    continue
+                theirs = load_run_config(bench.recipe_path(bv), bench.train_overrides(bv, seed))
+                if all(mine.get(k) == theirs.get(k) for k in set(mine) | set(theirs) if k not in _LABEL_KEYS):
+                    found[variant] = bench.run_key(bv, seed)
+                    break
+    return tuple(found.items())
 
 
 __all__ = ["Experiment", "PLAIN", "load_experiment", "list_experiments", "resolve_variant", "experiment_path",

@@ -153,7 +153,7 @@ def parse_result(dataset: str, result: str, config_dir: str | Path = "config") -
     if len(parts) == 3 and parts[0] == "exp":
         exp = _experiment(parts[1], dataset, config_dir)
         variant, reranker = exp.parse_target(parts[2])
-        return RunKey.experiment(dataset, parts[1], variant), [reranker or PLAIN]
+        return exp.run_key(dataset, variant), [reranker or PLAIN]  # a benchmark's run when it is the same run
     if len(parts) == 4 and parts[0] == "bench" and parts[3][:1] == "s" and parts[3][1:].isdigit():
         key = RunKey.benchmark(dataset, parts[1], parts[2], int(parts[3][1:]))
         return key, list(_benchmark(key, config_dir).rerank)
