@@ -316,3 +316,34 @@ def test_runs_from_reuses_the_runs_of_same_named_variants(bench_dir):
     (cfg / "sets.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     with pytest.raises(XmrError, match=r"its seeds \[0, 1, 2\] and re-rankers .* must include this file's"):
         load_benchmark(cfg / "sets.yaml")
+
+
+def test_run_times_are_read_at_each_runs_median_epoch(bench_dir):
+    """A run paused for 1,000 s in its second epoch: train.json's train_seconds counts the stall, its median epoch
+    does not. Variant a, seeds 0-2: epochs of 10, 1000, 12, 11 s (seed 0; median 11.5) and of 10, 10, 10, 10 s
+    (seeds 1, 2); b has no history (its mean epoch from train_seconds stands in)."""
+    import re
+
+    for seed in (0, 1, 2):
+        run = bench_dir / "runs" / "toy" / "bench" / "bench" / "a" / f"s{seed}"
+        run.mkdir(parents=True)
+        secs = [10, 1000, 12, 11] if seed == 0 else [10, 10, 10, 10]
+        (run / "history.csv").write_text("epoch,seconds\n" + "".join(f"{i + 1},{s}\n" for i, s in enumerate(secs)))
+        (run / "train.json").write_text(json.dumps({"train_seconds": sum(secs), "epochs_trained": 4}))
+        (run / "config.yaml").write_text("{}")
+        res = bench_dir / "results" / "toy" / "bench" / "bench" / "a" / f"s{seed}.json"
+        res.write_text(json.dumps({**json.loads(res.read_text()), "train_seconds": sum(secs), "epochs_trained": 4}))
+    for seed in (0, 1, 2):
+        res = bench_dir / "results" / "toy" / "bench" / "bench" / "b" / f"s{seed}.json"
+        res.write_text(json.dumps({**json.loads(res.read_text()), "train_seconds": 120.0, "epochs_trained": 4}))
+    bench = load_benchmark(bench_dir / "config" / "benchmark" / "bench.yaml")
+    md = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")["training_md"].read_text()
+    rows = {ln.split(" | ")[0].strip("| "): ln.split(" | ") for ln in md.splitlines() if ln.startswith("| a |")
+            or ln.startswith("| b |")}
+    # a: s / epoch = mean(11.5, 10, 10) = 10.5 -> "10" (round half to even); min / run = mean(46, 40, 40) s / 60 = 0.7
+    assert rows["a"][5:7] == ["10", "0.7"]
+    # b: 120 s / 4 epochs = 30 s; 2.0 min a run
+    assert rows["b"][5:7] == ["30", "2.0"]
+    # the sums of a's runs only (b's runs have no run directory): measured 1033 + 40 + 40 = 1113 s = 18.55 min;
+    # at the median epoch 46 + 40 + 40 = 126 s = 2.1 min
+    assert re.search(r"18\.6 min of training measured in all, 2\.1 at each run's median epoch time", md)

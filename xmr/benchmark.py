@@ -256,6 +256,18 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
     return records
 
 
+def median_epoch_seconds(run_dir: str | os.PathLike) -> float | None:
+    """The median of a run's epoch times (``history.csv``'s ``seconds``): what an epoch takes, unmoved by an epoch
+    that stalled (a paused or resumed run, other work on the machine), which ``train_seconds`` counts in full."""
+    path = Path(run_dir) / "history.csv"
+    if not path.exists():
+        return None
+    from xmr.report.figures import load_history
+
+    secs = [r["seconds"] for r in load_history(run_dir) if "seconds" in r]
+    return float(np.median(secs)) if secs else None
+
+
 IN_BATCH = (32, 128)  # batch sizes of the in-batch top-1 column: the synth recipes' two batch sizes
 
 
@@ -287,6 +299,7 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
             out.append({"variant": variant, "seed": seed, "epochs_trained": doc.get("epochs_trained"),
                         "best_epoch": doc.get("best_epoch"), "stopped_by": doc.get("stopped_by"),
                         "train_seconds": doc.get("train_seconds"),
+                        "epoch_seconds": median_epoch_seconds(bench.run_dir(variant, seed, runs_root)),
                         "sim_std": float(spread.get("std", float("nan"))),
                         "sim_margin": float(spread.get("margin", float("nan"))),
                         "collapsed": bool(spread) and float(spread["std"]) < bench.degenerate_std, **top1,
@@ -322,10 +335,12 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
 
         ends = [r["stopped_by"] for r in recs if r["stopped_by"]]
         ended = ", ".join(f"{e} ×{ends.count(e)}" for e in dict.fromkeys(ends)) or "–"
-        per_epoch = [r["train_seconds"] / r["epochs_trained"] for r in recs
+        # each run's median epoch (its measured mean when no history is kept), times its epochs
+        per_epoch = [r.get("epoch_seconds") or r["train_seconds"] / r["epochs_trained"] for r in recs
                      if r["train_seconds"] and r["epochs_trained"]]
         sec = f"{np.mean(per_epoch):.0f}" if per_epoch else "–"
-        minutes = [r["train_seconds"] / 60 for r in recs if r["train_seconds"]]
+        minutes = [p * r["epochs_trained"] / 60 for p, r in
+                   zip(per_epoch, [r for r in recs if r["train_seconds"] and r["epochs_trained"]])]
         per_run = f"{np.mean(minutes):.1f}" if minutes else "–"
         std_m, std_s = mean_std(r["sim_std"] for r in recs)
         mar_m, mar_s = mean_std(r["sim_margin"] for r in recs)
@@ -437,21 +452,26 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
     config.yaml) to the last results file."""
     from xmr.io import read_json
 
-    train_s, starts, ends = 0.0, [], []
+    train_s, median_s, starts, ends = 0.0, 0.0, [], []
     for v in bench.variants:
         if v in bench.shared:  # the runs of runs_from, timed there
             continue
         for s in bench.seeds:
             run = bench.run_dir(v, s, runs_root)
             if (run / "train.json").exists():
-                train_s += float(read_json(run / "train.json").get("train_seconds") or 0.0)
+                summary = read_json(run / "train.json")
+                train_s += float(summary.get("train_seconds") or 0.0)
+                epoch_s = median_epoch_seconds(run)
+                median_s += (epoch_s * int(summary.get("epochs_trained") or 0) if epoch_s is not None
+                             else float(summary.get("train_seconds") or 0.0))
             if (run / "config.yaml").exists():
                 starts.append((run / "config.yaml").stat().st_mtime)
             res = bench.result_path(v, s, results_root)
             if res.exists():
                 ends.append(res.stat().st_mtime)
     wall = (max(ends) - min(starts)) if starts and ends else float("nan")
-    return {"train_minutes_sum": train_s / 60, "wall_minutes": wall / 60, "runs": len(starts)}
+    return {"train_minutes_sum": train_s / 60, "median_minutes_sum": median_s / 60, "wall_minutes": wall / 60,
+            "runs": len(starts)}
 
 
 def dataset_stats(bench: Benchmark) -> dict | None:
@@ -516,9 +536,12 @@ def time_line(bench: Benchmark, times: dict) -> str:
     shared = (f"; the runs of {', '.join(f'`{v}`' for v in sorted(bench.shared))} are {bench.runs_from}'s, not "
               f"counted here" if bench.shared else "")
     own = len(bench.variants) - len(bench.shared)
+    median = times.get("median_minutes_sum", times["train_minutes_sum"])
     return (f"{times['runs']} trainings ({own} variants × {len(bench.seeds)} seeds{shared}); "
-            f"{times['train_minutes_sum']:.1f} min of training in all; wall time from the first training to the "
-            f"last evaluation {times['wall_minutes']:.1f} min.\n")
+            f"{times['train_minutes_sum']:.1f} min of training measured in all, {median:.1f} at each run's median "
+            f"epoch time (*s / epoch*, *min / run*: a run paused, resumed or sharing the machine with other work "
+            f"counts its stalls in the first figure only); wall time from the first training to the last evaluation "
+            f"{times['wall_minutes']:.1f} min.\n")
 
 
 def training_part(bench: Benchmark, training: list[dict], times: dict, missing: list[str] = ()) -> str:
