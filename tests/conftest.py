@@ -149,6 +149,23 @@ def tiny_extraction_config(root: Path, n_train: int, input_size: int, batch_size
     return cfg_dir
 
 
+def toy_config(tmp_path: Path, recipes: tuple[str, ...] = ("a",)) -> Path:
+    """``tmp_path/config`` with a dataset `toy` (synth's config, data never generated), the backbones, and recipes
+    ``config/recipes/toy/{name}.yaml`` (VSE++ at embedding 8, batch 32) that resolve to run configs."""
+    cfg = tmp_path / "config"
+    (cfg / "recipes" / "toy").mkdir(parents=True)
+    (cfg / "datasets").mkdir()
+    toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
+    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))
+    (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
+    (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
+    for r in recipes:
+        (cfg / "recipes" / "toy" / f"{r}.yaml").write_text(
+            f"extends: {REPO / 'config' / 'methods' / 'vsepp.yaml'}\ndataset: toy\n"
+            "features: {backbone: efficientnet_lite0_128}\nmodel: {embed_dim: 8}\ntrain: {batch_size: 32}\n")
+    return cfg
+
+
 def xmr_env(**extra: str) -> dict[str, str]:
     """The environment of an ``xmr`` subprocess: this checkout's package first on the path (an inherited
     PYTHONPATH after it: packages copied to a machine that lacks them), one thread (2 shared cores), no fault

@@ -11,7 +11,7 @@ import yaml
 from xmr.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
 from xmr.errors import XmrError
 
-from conftest import REPO
+from conftest import REPO, toy_config
 
 
 def test_mean_std_uses_the_sample_standard_deviation():
@@ -76,17 +76,7 @@ def result(rsum_all: float, rsum_amb: float) -> dict:
 
 @pytest.fixture
 def bench_dir(tmp_path):
-    cfg = tmp_path / "config"
-    (cfg / "recipes" / "toy").mkdir(parents=True)
-    (cfg / "datasets").mkdir()
-    toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
-    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))  # never generated
-    (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
-    (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
-    for r in ("a", "b"):  # recipes that resolve to run configs (the claims' sides are checked for training alike)
-        (cfg / "recipes" / "toy" / f"{r}.yaml").write_text(
-            f"extends: {REPO / 'config' / 'methods' / 'vsepp.yaml'}\ndataset: toy\n"
-            "features: {backbone: efficientnet_lite0_128}\nmodel: {embed_dim: 8}\ntrain: {batch_size: 32}\n")
+    cfg = toy_config(tmp_path, ("a", "b"))  # recipes that resolve (the claims' sides are checked for training alike)
     (cfg / "benchmark").mkdir()
     doc = {"name": "bench", "dataset": "toy", "seeds": [0, 1, 2], "rerank": ["none", "fr"],
            "variants": {"a": {"recipe": "a"}, "b": {"recipe": "b", "set": {"model.embed_dim": 8}}},

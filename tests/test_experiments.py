@@ -13,6 +13,8 @@ import yaml
 from xmr.errors import XmrError
 from xmr.experiments import format_value, load_experiment, resolve_variant
 
+from conftest import toy_config
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -226,16 +228,7 @@ def test_a_ladder_table_says_what_each_rung_adds_to_the_one_before():
 def _toy_bench_and_experiment(tmp_path: Path, variants: dict, seeds=(0, 1)) -> Path:
     """config/ with a toy recipe `a` (VSE++ at embed 8), a benchmark `bench` of it, and an experiment with
     ``runs_from: [bench]``; returns the experiment file."""
-    cfg = tmp_path / "config"
-    (cfg / "recipes" / "toy").mkdir(parents=True)
-    (cfg / "datasets").mkdir()
-    toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
-    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))  # never generated
-    (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
-    (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
-    (cfg / "recipes" / "toy" / "a.yaml").write_text(
-        f"extends: {REPO / 'config' / 'methods' / 'vsepp.yaml'}\ndataset: toy\n"
-        "features: {backbone: efficientnet_lite0_128}\nmodel: {embed_dim: 8}\ntrain: {batch_size: 32}\n")
+    cfg = toy_config(tmp_path)
     (cfg / "benchmark").mkdir()
     (cfg / "benchmark" / "bench.yaml").write_text(yaml.safe_dump({
         "name": "bench", "dataset": "toy", "seeds": list(seeds), "rerank": ["none"],
