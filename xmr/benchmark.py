@@ -336,11 +336,10 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
         ends = [r["stopped_by"] for r in recs if r["stopped_by"]]
         ended = ", ".join(f"{e} ×{ends.count(e)}" for e in dict.fromkeys(ends)) or "–"
         # each run's median epoch (its measured mean when no history is kept), times its epochs
-        per_epoch = [r.get("epoch_seconds") or r["train_seconds"] / r["epochs_trained"] for r in recs
-                     if r["train_seconds"] and r["epochs_trained"]]
+        timed = [r for r in recs if r["train_seconds"] and r["epochs_trained"]]
+        per_epoch = [r.get("epoch_seconds") or r["train_seconds"] / r["epochs_trained"] for r in timed]
         sec = f"{np.mean(per_epoch):.0f}" if per_epoch else "–"
-        minutes = [p * r["epochs_trained"] / 60 for p, r in
-                   zip(per_epoch, [r for r in recs if r["train_seconds"] and r["epochs_trained"]])]
+        minutes = [p * r["epochs_trained"] / 60 for p, r in zip(per_epoch, timed)]
         per_run = f"{np.mean(minutes):.1f}" if minutes else "–"
         std_m, std_s = mean_std(r["sim_std"] for r in recs)
         mar_m, mar_s = mean_std(r["sim_margin"] for r in recs)
