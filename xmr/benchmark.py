@@ -262,9 +262,9 @@ def median_epoch_seconds(run_dir: str | os.PathLike) -> float | None:
     path = Path(run_dir) / "history.csv"
     if not path.exists():
         return None
-    from xmr.report.figures import load_history
+    from xmr.io import read_history
 
-    secs = [r["seconds"] for r in load_history(run_dir) if "seconds" in r]
+    secs = [r["seconds"] for r in read_history(run_dir) if "seconds" in r]
     return float(np.median(secs)) if secs else None
 
 
@@ -358,11 +358,11 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
 
 def run_histories(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT) -> dict[str, list[list[dict]]]:
     """``{variant: [history rows of each seed's run]}`` for the runs that have a history.csv."""
-    from xmr.report.figures import load_history
+    from xmr.io import read_history
 
     out: dict[str, list[list[dict]]] = {}
     for v in bench.variants:
-        runs = [load_history(bench.run_dir(v, s, runs_root)) for s in bench.seeds
+        runs = [read_history(bench.run_dir(v, s, runs_root)) for s in bench.seeds
                 if (bench.run_dir(v, s, runs_root) / "history.csv").exists()]
         if runs:
             out[v] = runs
@@ -619,6 +619,40 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
     plt.close(fig)
 
 
+def plot_validation_curves(histories: dict[str, list[list[dict[str, float]]]], out_png: str | os.PathLike,
+                           title: str) -> None:
+    """Validation RSUM per epoch of each variant's seeds: the mean over the runs that reached an epoch, with a
+    ± std band where two or more did; a run that stopped earlier ends its contribution there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for name, runs in histories.items():
+        by_epoch: dict[float, list[float]] = {}
+        for rows in runs:
+            for r in rows:
+                if "val_rsum" in r:
+                    by_epoch.setdefault(r["epoch"], []).append(r["val_rsum"])
+        if not by_epoch:
+            continue
+        epochs = sorted(by_epoch)
+        mean = np.array([np.mean(by_epoch[e]) for e in epochs])
+        std = np.array([np.std(by_epoch[e], ddof=1) if len(by_epoch[e]) > 1 else 0.0 for e in epochs])
+        line, = ax.plot(epochs, mean, marker=".", markersize=3, label=f"{name} ({len(runs)})")
+        ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation RSUM (mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100, format="png")
+    plt.close(fig)
+
+
 def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                     results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                     strict: bool = True) -> dict[str, Path]:
@@ -651,10 +685,9 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                                "training": training, "degenerate_std": bench.degenerate_std})
     with atomic_path(paths["png"], ".png") as tmp:
         plot_benchmark(bench, rows, tmp)
-    from xmr.report.figures import plot_validation_curves
-
-    plot_validation_curves(run_histories(bench, runs_root), paths["curves_png"],
-                           f"{bench.dataset}: validation RSUM per epoch (mean ± std over seeds)")
+    with atomic_path(paths["curves_png"], ".png") as tmp:
+        plot_validation_curves(run_histories(bench, runs_root), tmp,
+                               f"{bench.dataset}: validation RSUM per epoch (mean ± std over seeds)")
     return paths
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import functools
 import hashlib
@@ -127,6 +128,15 @@ def read_json(path: str | os.PathLike) -> Any:
         raise XmrError(f"{path}: not a JSON file (not UTF-8 text; a binary file such as a .npy?)") from None
     except json.JSONDecodeError as e:
         raise XmrError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+
+
+def read_history(run_dir: str | os.PathLike) -> list[dict[str, float]]:
+    """Rows of a run's ``history.csv`` (numbers as floats; empty cells dropped)."""
+    path = Path(run_dir) / "history.csv"
+    if not path.exists():
+        raise XmrError(f"{path}: no training history; train the run first")
+    with open(path, newline="") as f:
+        return [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
 
 
 # files at least this large have their digest cached (COCO's region features are ~33 GB: minutes to hash)

@@ -171,11 +171,12 @@ def paper_section(dataset: str) -> Section:
 # -- the other sections ----------------------------------------------------------------------------------------------
 
 def curves_section(dataset: str, recipes: list[str], runs_root: Path, out: Path) -> Section:
-    from xmr.report.figures import load_history, plot_training_curves
+    from xmr.io import read_history
+    from xmr.report.figures import plot_training_curves
 
     sec = Section("Training curves")
     runs = {r: RunKey.recipe(dataset, r).run_dir(runs_root) for r in recipes}
-    histories = {r: load_history(run) for r, run in runs.items() if (run / "history.csv").exists()}
+    histories = {r: read_history(run) for r, run in runs.items() if (run / "history.csv").exists()}
     if not histories:
         sec.note(f"No training history under {runs_root / dataset}/*/history.csv yet.")
         return sec

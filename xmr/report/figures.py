@@ -6,7 +6,6 @@ PNG; nothing is typed in by hand.
 
 from __future__ import annotations
 
-import csv
 import os
 import textwrap
 from pathlib import Path
@@ -36,18 +35,6 @@ def _save(fig, out_png: str | os.PathLike, dpi: int = 100) -> None:
 
 # -- training curves -----------------------------------------------------------------------------------------------
 
-def load_history(run_dir: str | os.PathLike) -> list[dict[str, float]]:
-    """Rows of ``history.csv`` (numbers as floats; empty cells dropped)."""
-    path = Path(run_dir) / "history.csv"
-    if not path.exists():
-        raise XmrError(f"{path}: no training history; train the run first")
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows.append({k: float(v) for k, v in r.items() if v not in ("", None)})
-    return rows
-
-
 def plot_training_curves(histories: dict[str, list[dict[str, float]]], out_png: str | os.PathLike,
                          title: str | None = None) -> None:
     """Validation RSUM and training loss (relative to epoch 1, so methods with different loss scales share an
@@ -75,32 +62,6 @@ def _finish_epoch_axes(axes) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=2)
-
-
-def plot_validation_curves(histories: dict[str, list[list[dict[str, float]]]], out_png: str | os.PathLike,
-                           title: str | None = None) -> None:
-    """Validation RSUM per epoch of several runs per name (seeds): the mean over the runs that reached an epoch,
-    with a ± std band where two or more did; a run that stopped earlier ends its contribution there."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for name, runs in histories.items():
-        by_epoch: dict[float, list[float]] = {}
-        for rows in runs:
-            for r in rows:
-                if "val_rsum" in r:
-                    by_epoch.setdefault(r["epoch"], []).append(r["val_rsum"])
-        if not by_epoch:
-            continue
-        epochs = sorted(by_epoch)
-        mean = np.array([np.mean(by_epoch[e]) for e in epochs])
-        std = np.array([np.std(by_epoch[e], ddof=1) if len(by_epoch[e]) > 1 else 0.0 for e in epochs])
-        line, = ax.plot(epochs, mean, marker=".", markersize=3, label=f"{name} ({len(runs)})")
-        ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
-    ax.set_ylabel("validation RSUM (mean ± std over seeds)")
-    _finish_epoch_axes([ax])
-    ax.set_title(title or "validation curves", fontsize=10)
-    fig.tight_layout()
-    _save(fig, out_png)
 
 
 # -- retrieval examples ----------------------------------------------------------------------------------------------
@@ -346,6 +307,6 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     return {"images": [data.image_ids[i] for i in picks], "num_embeds": len(items[0]["maps"])}
 
 
-__all__ = ["load_history", "plot_training_curves", "retrieval_examples", "plot_text_to_image",
+__all__ = ["plot_training_curves", "retrieval_examples", "plot_text_to_image",
            "plot_image_to_text", "image_attention", "attention_to_pixels", "plot_attention_maps", "attention_figure",
            "rank_order", "pick_queries"]

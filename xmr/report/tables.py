@@ -197,9 +197,9 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     epochs of its ``history.csv``."""
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
     if not path.exists() and (path.parent / "history.csv").is_file():
-        from xmr.report.figures import load_history
+        from xmr.io import read_history
 
-        rows = _history_rows(load_history(path.parent))
+        rows = _history_rows(read_history(path.parent))
         return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
                 f"in history.csv"), rows
     s = _train_summary(path)
@@ -221,9 +221,9 @@ def run_row(run_dir: str | os.PathLike) -> dict[str, Any]:
     ended, from its ``history.csv`` (the best validation RSUM so far)."""
     run_dir = Path(run_dir)
     if not (run_dir / "train.json").exists():
-        from xmr.report.figures import load_history
+        from xmr.io import read_history
 
-        hist = load_history(run_dir)
+        hist = read_history(run_dir)
         best = max(hist, key=lambda h: h.get("val_rsum", float("-inf")), default={})
         return {"run": str(run_dir), "epochs": len(hist), "ended by": "(no train.json yet)",
                 "best val RSUM": best.get("val_rsum"), "best epoch": _num(best.get("epoch"), ".0f")}
