@@ -45,7 +45,7 @@ test: venv
 benchmark: venv
 	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md results/synth/dvse_sets.md results/synth/baselines.md \
 		reports/synth/readme.md reports/synth/results_page.md reports/synth/readme_demo.md \
-		reports/synth/doc_ladders.md reports/synth/doc_dvse-sets.md
+		reports/synth/doc_ladders.md reports/synth/doc_dvse-sets.md reports/synth/doc_baselines.md
 
 # the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
 # concurrency, Snakemake kills); `make test` runs them all, as CI does
