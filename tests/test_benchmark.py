@@ -11,7 +11,7 @@ import yaml
 from xmr.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
 from xmr.errors import XmrError
 
-from conftest import REPO, toy_config
+from conftest import REPO, run_xmr, toy_config
 
 
 def test_mean_std_uses_the_sample_standard_deviation():
@@ -59,11 +59,14 @@ def test_holm_adjustment_by_hand():
     assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
-def test_verdicts_at_the_adjusted_p():
+def test_the_four_verdicts_at_the_adjusted_p_values():
+    nan = float("nan")
     assert verdict(3.0, 0.01) == "holds"
-    assert verdict(-3.0, 0.01) == "does not hold"
-    assert verdict(3.0, 0.05) == "inconclusive"  # not below alpha = 0.05
-    assert verdict(1.0, float("nan")) == "inconclusive"
+    assert verdict(-3.0, 0.01) == "refuted"  # significant against the claim
+    assert verdict(3.0, 0.05, 0.01) == "no effect ≥ Δ"  # the difference test does not reject; equivalence does
+    assert verdict(-3.0, 0.01, 0.01) == "refuted"  # a significant difference is reported before equivalence
+    assert verdict(3.0, 0.05, 0.05) == "underpowered"  # neither below alpha = 0.05
+    assert verdict(1.0, nan, nan) == "underpowered"  # no test at all (one seed)
 
 
 def result(rsum_all: float, rsum_amb: float) -> dict:
@@ -79,6 +82,7 @@ def bench_dir(tmp_path):
     cfg = toy_config(tmp_path, ("a", "b"))  # recipes that resolve (the claims' sides are checked for training alike)
     (cfg / "benchmark").mkdir()
     doc = {"name": "bench", "dataset": "toy", "seeds": [0, 1, 2], "rerank": ["none", "fr"],
+           "smallest_effect": {"rsum": 5.0},
            "variants": {"a": {"recipe": "a"}, "b": {"recipe": "b", "set": {"model.embed_dim": 8}}},
            "claims": [{"claim": "a beats b", "source": "T1", "better": "a", "worse": "b"},
                       {"claim": "FR helps a", "source": "T2", "better": "a:fr", "worse": "a"},
@@ -93,7 +97,17 @@ def bench_dir(tmp_path):
             # FR adds 5 + seed to variant a (paired differences 5, 6, 7)
             fr = result(r_all + (5 + seed if v == "a" else 0), r_amb)
             path.write_text(json.dumps({"by_rerank": {"none": result(r_all, r_amb), "fr": fr}}))
+            write_ranks(path)
     return tmp_path
+
+
+def write_ranks(path) -> None:
+    """Per-query ranks of two images with one caption each: FR lifts image 1 and caption 1 from rank 5 (a hit at
+    R@10 only) to rank 0 (R@1, R@5, R@10), so image cluster 1 adds 2 hits x 100 / 2 queries per direction = +200
+    RSUM and cluster 0 nothing."""
+    np.savez(path.with_suffix(".ranks.npz"), **{"none/i2t": np.array([0, 5]), "none/t2i": np.array([0, 5]),
+                                                "fr/i2t": np.array([0, 0]), "fr/t2i": np.array([0, 0]),
+                                                "captions_per_image": np.array(1)})
 
 
 def test_tables_and_claims_from_per_seed_results(bench_dir):
@@ -116,14 +130,24 @@ def test_tables_and_claims_from_per_seed_results(bench_dir):
     assert c["p"] == pytest.approx(p_fr, abs=1e-9)
     # ambiguous: a 120 ± 20 vs b 130 ± 20 -> -10, SE sqrt(400/3 * 2) = 16.3, t = -0.612, df 4 -> p = 0.573
     c = claims["a beats b on ambiguous"]
-    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "inconclusive" and c["df"] == pytest.approx(4)
+    # neither test decides: -10 is not significant, nor is |effect| < 5 shown (TOST at ±5 with SE 16.3)
+    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "underpowered" and c["df"] == pytest.approx(4)
+    assert c["detectable"] > 5.0  # the design could not see an effect of 5 RSUM
     # Holm over the 3 claims: the smaller of the two small p values x 3, the other max(that, its own x 2), both
-    # < 0.05 -> hold; ambiguous: max(.., 1 x 0.573) = 0.573 -> inconclusive
+    # < 0.05 -> hold; ambiguous: max(.., 1 x 0.573) = 0.573 -> underpowered
     (lo, first), (hi, second) = sorted([(p_ab, "a beats b"), (p_fr, "FR helps a")])
     assert claims[first]["p_holm"] == pytest.approx(3 * lo)
     assert claims[second]["p_holm"] == pytest.approx(max(3 * lo, 2 * hi)) and max(3 * lo, 2 * hi) < 0.05
     assert claims["a beats b"]["verdict"] == claims["FR helps a"]["verdict"] == "holds"
     assert claims["a beats b on ambiguous"]["p_holm"] == pytest.approx(c["p"])
+    # 95 % interval of FR's 6 ± 1/sqrt(3) at df 2: t_0.975,2 = 4.302653 -> 6 ± 2.48414
+    fr = claims["FR helps a"]
+    assert (fr["ci_low"], fr["ci_high"]) == pytest.approx((6 - 2.48414, 6 + 2.48414), abs=1e-4)
+    assert fr["family"] == "all" and fr["family_size"] == 3 and fr["alpha"] == pytest.approx(0.05 / 3)
+    # query level (write_ranks): +200 per seed; the two clusters 0 and +200 resampled: SE sqrt(2 * 100^2) per seed,
+    # over 3 seeds / sqrt(3) = 81.6
+    assert fr["query_diff"] == pytest.approx(200.0) and fr["query_se"] == pytest.approx(81.65, rel=0.06)
+    assert math.isnan(claims["a beats b"]["query_diff"])  # other trained models: no query-level pairing
     md = paths["md"].read_text()
     assert "| a | 52.0 ± 2.0 | 50.0 ± 0.0 |" in md  # i2t R@1 = RSUM - 250
     assert "302.0 ± 2.0" in md and "subset `ambiguous`" in md
@@ -208,6 +232,7 @@ def test_set_correlation_claims_lower_is_better_and_training_columns(bench_dir):
     """A claim on the sub-embedding correlation: lower is better, so the difference is worse − better; runs without
     set statistics give "not measured"; the training table shows correlation and slot entropy."""
     doc = yaml.safe_load((bench_dir / "config" / "benchmark" / "bench.yaml").read_text())
+    doc["smallest_effect"].update(correlation=0.02, residual_correlation=0.02)
     doc["claims"] = [{"claim": "a less correlated", "source": "F6", "better": "a", "worse": "b", "metric": "correlation"},
                      {"claim": "b less correlated", "source": "F6", "better": "b", "worse": "a", "metric": "correlation"},
                      {"claim": "residuals", "source": "E4", "better": "a", "worse": "b",
@@ -232,11 +257,16 @@ def test_set_correlation_claims_lower_is_better_and_training_columns(bench_dir):
     assert c["t"] == pytest.approx(0.41 / se) and (c["better_mean"], c["worse_mean"]) == pytest.approx((0.21, 0.62))
     assert c["verdict"] == "holds"
     c = claims["b less correlated"]
-    assert c["diff"] == pytest.approx(-0.41) and c["verdict"] == "does not hold"
+    assert c["diff"] == pytest.approx(-0.41) and c["verdict"] == "refuted"
     assert claims["b less correlated"]["p_holm"] == pytest.approx(2 * c["p"])  # a family of two tested claims
     assert claims["residuals"]["verdict"] == "not measured"
     md = paths["claims_md"].read_text()
-    assert "`a` vs `b` (correlation, lower is better)" in md and "| 0.210 ± 0.010 | 0.620 ± 0.020 | +0.410 ± 0.013 |" in md
+    # Welch: SE sqrt((0.01^2 + 0.02^2) / 3) = 0.01291 at df 50/17; the 95 % interval is ± t_0.975,df x SE
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 50 / 17) * math.sqrt(5e-4 / 3)
+    assert "`a` vs `b` (correlation, lower is better)" in md
+    assert f"| 0.210 ± 0.010 | 0.620 ± 0.020 | +0.410 [{0.41 - half:+.3f}, {0.41 + half:+.3f}] |" in md
     # training table: set corr. and slot entropy, mean ± std over seeds
     assert "| 0.210 ± 0.010 | 0.50 ± 0.00 |" in paths["md"].read_text()
     assert "| 0.620 ± 0.020 | 1.00 ± 0.00 |" in paths["md"].read_text()
@@ -258,23 +288,48 @@ def test_a_benchmark_of_plain_evaluation_only_reads_plain_results_files(bench_di
 
 
 def test_a_claim_between_runs_trained_differently_is_refused_unless_its_row_says_so(bench_dir):
-    """Two sides of a claim train with the same batch, masking and stopping rule (TRAINED_ALIKE), or the claim's
-    `differs` says what differs, and the claims table shows it in the row."""
+    """A protocol setting (TRAINED_ALIKE) may differ only where the claim's `differs:` names it, and the claims
+    table shows it in the row."""
     path = bench_dir / "config" / "benchmark" / "bench.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["variants"]["b"]["set"]["train.batch_size"] = 128
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    with pytest.raises(XmrError, match=r"claims\[0\] \(a beats b\): `a` and `b` train differently: "
-                                       r"train\.batch_size \(32 vs 128\); make them equal, or say what differs"):
+    with pytest.raises(XmrError, match=r"claims\[0\] \(a beats b\): `a` and `b` differ in the protocol setting "
+                                       r"train\.batch_size \(32 vs 128\); make them equal, or name it under"):
         write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     for i in (0, 2):
-        doc["claims"][i]["differs"] = "b at batch 128 (its paper's)"
+        doc["claims"][i]["differs"] = {"train.batch_size": "b at batch 128 (its paper's)"}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     paths = write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in paths["claims_md"].read_text().splitlines()}
-    assert rows["a beats b"].endswith("| b at batch 128 (its paper's) |")
+    assert rows["a beats b"].endswith("| the claim's `train.batch_size` |")
     assert rows["FR helps a"].endswith("| same models |")  # a re-ranker against plain: the same runs
     assert "| 128 |" in paths["training_md"].read_text()  # the training table's batch column
+
+
+def test_an_undeclared_difference_is_refused_by_the_command_and_a_declared_one_is_shown(bench_dir):
+    """`xmr benchmark-table` refuses a claim whose sides differ in a setting neither method declares, in one line
+    naming the claim and the key; declared in config/method_settings.yaml, the row names it by its key."""
+    cfg = bench_dir / "config"
+    recipe = cfg / "recipes" / "toy" / "b.yaml"
+    recipe.write_text(recipe.read_text() + "\noptim: {grad_clip: 1.0}\n")  # a: the default 2.0
+    cmd = ["benchmark-table", "--benchmark", cfg / "benchmark" / "bench.yaml", "--results-root", bench_dir / "results",
+           "--runs-root", bench_dir / "runs", "--out-dir", bench_dir / "out"]
+    res = run_xmr(*cmd, cwd=bench_dir)
+    assert res.returncode != 0
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and "claims[0] (a beats b): `a` and `b` differ in optim.grad_clip (2.0 vs 1.0), declared " \
+        "by neither method" in err[0] and "method_settings.yaml" in err[0], res.stderr
+    assert not (bench_dir / "out" / "bench_claims.md").exists()  # nothing half-written
+    method = yaml.safe_load(recipe.read_text()).get("method") or "vsepp"
+    (cfg / "method_settings.yaml").write_text(yaml.safe_dump(
+        {method: {"optim.grad_clip": {"value": 1.0, "source": "its code's --grad_clip 1"}}}))
+    res = run_xmr(*cmd, cwd=bench_dir)
+    assert res.returncode == 0, res.stderr
+    text = (bench_dir / "out" / "bench_claims.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
+    assert rows["a beats b"].endswith(f"| {method}'s `optim.grad_clip` |")
+    assert f"{method} `optim.grad_clip` 1.0: its code's --grad_clip 1" in text
 
 
 def test_the_shipped_benchmarks_compare_runs_trained_alike():
@@ -289,6 +344,7 @@ def test_the_shipped_benchmarks_compare_runs_trained_alike():
 def test_runs_from_reuses_the_runs_of_same_named_variants(bench_dir):
     cfg = bench_dir / "config" / "benchmark"
     doc = {"name": "sets", "dataset": "toy", "seeds": [0, 1], "rerank": ["none"], "runs_from": "bench",
+           "smallest_effect": {"rsum": 5.0},
            "variants": {"a": {"recipe": "a"}, "c": {"recipe": "a", "set": {"model.embed_dim": 16}}}}
     (cfg / "sets.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     sets = load_benchmark(cfg / "sets.yaml")
@@ -337,3 +393,77 @@ def test_run_times_are_read_at_each_runs_median_epoch(bench_dir):
     # the sums of a's runs only (b's runs have no run directory): measured 1033 + 40 + 40 = 1113 s = 18.55 min;
     # at the median epoch 46 + 40 + 40 = 126 s = 2.1 min
     assert re.search(r"18\.6 min of training measured in all, 2\.1 at each run's median epoch time", md)
+
+
+def test_detectable_effect_is_the_noncentral_t_power_point():
+    """At large df the t test is the z test: δ = (z_0.975 + z_0.8) SE = (1.959964 + 0.841621) SE; at df 4 a
+    simulated t test at that δ rejects 80 % of the time (two-sided, α 0.05)."""
+    from xmr.evaluation.stats import detectable_effect
+
+    assert detectable_effect(2.0, 1e7, 0.05, 0.8) == pytest.approx(2 * 2.801585, rel=1e-4)
+    se, df = 1.5, 4
+    delta = detectable_effect(se, df, 0.05, 0.8)
+    rng = np.random.default_rng(0)
+    sims = 200_000  # paired design with n = 5: mean of N(δ, σ) over 5, SE σ / sqrt(5) = se
+    sigma = se * math.sqrt(5)
+    x = rng.normal(delta, sigma, size=(sims, 5))
+    t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(5))
+    from scipy import stats
+
+    crit = stats.t.ppf(0.975, df)
+    assert np.mean(np.abs(t) > crit) == pytest.approx(0.8, abs=0.005)
+    assert detectable_effect(0.0, 2, 0.05) == 0.0 and math.isnan(detectable_effect(float("nan"), 2, 0.05))
+
+
+def test_equivalence_p_is_the_larger_one_sided_p():
+    """TOST: at diff 0, SE 1, df → ∞ and margin 1.644854 each one-sided p is 0.05; a difference beyond the margin
+    is never equivalent (p ≥ 0.5)."""
+    from xmr.evaluation.stats import equivalence_p
+
+    assert equivalence_p(0.0, 1.0, 1e7, 1.644854) == pytest.approx(0.05, abs=1e-5)
+    # diff 1: the upper test (H0 diff >= 1.644854) has z = -0.644854 -> p = 0.2595; the lower one is tiny
+    assert equivalence_p(1.0, 1.0, 1e7, 1.644854) == pytest.approx(0.25951, abs=1e-4)
+    assert equivalence_p(6.0, 1.0, 3, 5.0) > 0.5
+
+
+def test_cluster_bootstrap_matches_the_analytic_standard_error():
+    """Each stratum's sum over n resampled clusters has variance n · var_pop(d); the statistic is the mean over the
+    S strata, so SE = sqrt(sum_s n var_s) / S."""
+    from xmr.evaluation.stats import cluster_bootstrap
+
+    rng = np.random.default_rng(1)
+    strata = [rng.normal(0.1, 1.0, 400), rng.normal(0.1, 2.0, 400)]
+    res = cluster_bootstrap(strata, resamples=4000, seed=0)
+    assert res["diff"] == pytest.approx(np.mean([d.sum() for d in strata]))
+    expected = math.sqrt(sum(d.size * d.var() for d in strata)) / 2
+    assert res["se"] == pytest.approx(expected, rel=0.05)
+    assert res["ci_low"] < res["diff"] < res["ci_high"]
+    same = cluster_bootstrap([np.full(10, 0.5)], resamples=200)
+    assert same["se"] == pytest.approx(0.0, abs=1e-12) and same["p"] == 0.0
+
+
+def test_query_differences_add_up_to_the_metric_difference():
+    """Per image cluster (image + its 2 captions), the contributions sum to RSUM(better) - RSUM(worse) of the two
+    rank sets (recall_metrics); a subset keeps its own clusters and its own denominators."""
+    from xmr.benchmark import query_differences
+    from xmr.evaluation.metrics import recall_metrics, rsum
+
+    rng = np.random.default_rng(2)
+    n, c = 6, 2
+    ranks = {"fr/i2t": rng.integers(0, 20, n), "none/i2t": rng.integers(0, 20, n),
+             "fr/t2i": rng.integers(0, 20, n * c), "none/t2i": rng.integers(0, 20, n * c),
+             "captions_per_image": np.array(c),
+             "subset/amb/images": np.array([1, 0, 1, 0, 0, 0], bool),
+             "subset/amb/captions": np.array([1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0], bool)}
+
+    def rs(rr, im=slice(None), cm=slice(None)):
+        return rsum(recall_metrics(ranks[f"{rr}/i2t"][im]), recall_metrics(ranks[f"{rr}/t2i"][cm]))
+
+    d = query_differences(ranks, "fr", "none")
+    assert d.shape == (n,) and d.sum() == pytest.approx(rs("fr") - rs("none"))
+    im, cm = ranks["subset/amb/images"], ranks["subset/amb/captions"]
+    sub = query_differences(ranks, "fr", "none", subset="amb")
+    assert sub.shape == (2,)  # clusters of images 0 and 2 (with their captions 0, 1 and 4); the rest hold none
+    assert sub.sum() == pytest.approx(rs("fr", im, cm) - rs("none", im, cm))
+    r1 = query_differences(ranks, "fr", "none", metric="i2t_r1")
+    assert r1.sum() == pytest.approx(100 * (np.mean(ranks["fr/i2t"] < 1) - np.mean(ranks["none/i2t"] < 1)))

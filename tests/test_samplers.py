@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from xmr.errors import XmrError
-from xmr.train.samplers import OnePerClassBatchSampler, positive_mask
+from xmr.train.samplers import OnePerClassBatchSampler, first_appearances, positive_mask
 from xmr.run_settings import run_settings
 
 # 10 pairs of 4 classes: class 0 has pairs 0-3, class 1 pairs 4-5, class 2 pairs 6-8, class 3 pair 9
@@ -222,8 +222,10 @@ STEP_METHODS = {
     "pvse": SHRINK + ["model.attention_hidden=8"],
     # DivE without its residual MLP: BatchNorm's batch statistics stay per process under DDP (docs/pipeline.md)
     "dive": SHRINK + ["model.dim_head=4", "model.heads=2", "model.dropout=0", "model.text_augment=0",
-                      "model.image_residual_mlp=false"],
+                      "model.text_dropout=0", "model.size_augment.mode=none", "model.image_residual_mlp=false"],
 }
+# train.batch_by: image: 4 images with 2 captions each (pair p is image p // 2), each process 2 whole images
+STEP_METHODS["dive_by_image"] = STEP_METHODS["dive"] + ["train.batch_by=image"]
 
 
 def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
@@ -237,7 +239,8 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     from xmr.utils import seed_everything
 
     method = inputs["method"]
-    cfg = load_run_config(str(STEP_ROOT / f"config/recipes/synth/{method}.yaml"), STEP_METHODS[method])
+    cfg = load_run_config(str(STEP_ROOT / f"config/recipes/synth/{method.removesuffix('_by_image')}.yaml"),
+                          STEP_METHODS[method])
     seed_everything(0)  # the same initial weights in every process
     model = model_from_config(cfg, 8, SPECIALS + inputs["words"])
     step = TrainStep(model, ctx.wrap(TrainForward(model)), build_optimizer(model, cfg["optim"]),
@@ -248,6 +251,10 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     batch = {"feats": inputs["feats"][rows], "num_regions": inputs["num_regions"][rows],
              "text": model.text.collate([" ".join(t) for t in tokens], tokens, idx.tolist(), "train"),
              "image_index": idx, "caption_index": idx}
+    if run_settings(cfg).batching.batch_by == "image":  # each image once, its captions' rows pointing at it
+        images, image_rows = first_appearances((idx // 2).tolist())
+        batch.update(feats=inputs["feats"][images], num_regions=inputs["num_regions"][images],
+                     image_index=idx // 2, image_rows=torch.tensor(image_rows))
     terms = step(batch, 0, 0, 1)
     return {"terms": {k: v.detach() for k, v in terms.items()},
             "grads": {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},

@@ -69,10 +69,39 @@ def test_slot_attention_competes_over_slots_then_averages_inputs():
     assert torch.allclose(attn[:, 0], a, atol=1e-6)
     assert torch.allclose(attn.sum(-1), torch.ones(2, 1, 3), atol=1e-5)  # weighted means over inputs
     assert torch.allclose(updates, block.to_out(a @ v), atol=1e-6)
-    # "code" padding: the masked inputs keep their 1/K share of every slot's mass
-    code = AggregationBlock(4, 6, heads=1, dim_head=5, dropout=0.0, pad_mode="code")
-    code.load_state_dict(block.state_dict())
-    assert code.attention(slots, ctx, valid)[1][1, 0, :, 3:].sum() > 0
+
+
+def test_code_padding_gives_every_slot_one_kth_of_a_padded_input():
+    """pad_mode: code, kdwonn/DivE agg_block/attention.py: a padded input's logits are -finfo.max before the softmax
+    over the K slots, so each slot's share of it is exactly 1/K, and it stays in the renormalisation over inputs
+    (and in the weighted mean of the values)."""
+    torch.manual_seed(0)
+    k_slots = 3
+    block = AggregationBlock(in_dim=4, slot_dim=6, heads=1, dim_head=5, dropout=0.0, pad_mode="code")
+    slots, ctx = torch.randn(2, k_slots, 6), torch.randn(2, 5, 4)
+    ctx[1, 3:] = 5.0 * torch.randn(2, 4)  # what the padding holds: its own logits would give it another share
+    valid = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    updates, attn = block.attention(slots, ctx, valid)
+    c = torch.layer_norm(ctx, (4,), block.ln_ctx.weight, block.ln_ctx.bias)
+    q = block.to_q(torch.layer_norm(slots, (6,), block.ln_q.weight, block.ln_q.bias))
+    k, v = block.to_k(c), block.to_v(c)
+    logits = q @ k.transpose(1, 2) / math.sqrt(5)  # (B, K, N)
+    slot_softmax = torch.softmax(logits, dim=1)  # the valid inputs' shares, over the slots
+    slot_softmax[1, :, 3:] = 1.0 / k_slots  # a padded input: exactly 1/K of it to every slot
+    by_hand = slot_softmax / (slot_softmax.sum(-1, keepdim=True) + 1e-7)  # over all 5 inputs, padded included
+    assert torch.allclose(attn[:, 0], by_hand, atol=1e-6)
+    # the padded share, (1/K) / Σ_n A[n, k], and the pre-renormalisation share it implies, 1/K
+    denominator = slot_softmax[1].sum(-1) + 1e-7  # (K,)
+    assert torch.allclose(attn[1, 0, :, 3], (1.0 / k_slots) / denominator, atol=1e-6)
+    assert torch.allclose(attn[1, 0, :, 3:] * denominator[:, None], torch.full((k_slots, 2), 1.0 / k_slots),
+                          atol=1e-6)
+    assert not torch.allclose(torch.softmax(logits, dim=1)[1, :, 3:], torch.full((k_slots, 2), 1.0 / k_slots),
+                              atol=1e-3)  # the padding's own logits would not give 1/K (the test can fail)
+    assert torch.allclose(updates, block.to_out(by_hand @ v), atol=1e-6)  # padded values enter the mean
+    # the unpadded sample is untouched by the mode
+    zero = AggregationBlock(4, 6, heads=1, dim_head=5, dropout=0.0, pad_mode="zero")
+    zero.load_state_dict(block.state_dict())
+    assert torch.allclose(zero.attention(slots, ctx, valid)[1][0], attn[0], atol=1e-7)
 
 
 def test_set_prediction_module_output_and_switches():

@@ -304,3 +304,29 @@ def test_option_mistakes_fail_before_torch_is_imported(args, says):
     assert _one_line_error(r, args[0]) == f"xmr {args[0]}: error: {says}"
     assert "xmr.cli" in imported and "torch" not in imported
     assert not (REPO / "elsewhere").exists()
+
+
+def test_ranks_out_writes_the_per_query_ranks_behind_the_recalls(tiny_synth_run, tmp_path):
+    """`xmr test --reranks none fr --ranks-out R.npz` (what the evaluate rule runs): each query's rank of its first
+    positive under each re-ranker; the recalls computed from them are the results file's, and the ranks of the plain
+    matrix are the ones counted by hand from it (5 captions per image, caption j belongs to image j // 5)."""
+    rng = np.random.default_rng(1)
+    sims = rng.random((12, 60), dtype=np.float32)
+    np.save(tmp_path / "S.npy", sims)
+    run_xmr("test", "--run", tiny_synth_run, "--sims", tmp_path / "S.npy", "--no-tracking", "--reranks", "none", "fr",
+            "--out", tmp_path / "s0.json", "--ranks-out", tmp_path / "s0.ranks.npz", check=True)
+    doc = json.loads((tmp_path / "s0.json").read_text())["by_rerank"]
+    with np.load(tmp_path / "s0.ranks.npz") as z:
+        ranks = {k: z[k] for k in z.files}
+    assert int(ranks["captions_per_image"]) == 5
+    owner = np.arange(60) // 5
+    # i2t: how many captions of other images score above the image's best own caption
+    best = np.array([sims[i, owner == i].max() for i in range(12)])
+    by_hand_i2t = np.array([(sims[i, owner != i] > best[i]).sum() for i in range(12)])
+    by_hand_t2i = np.array([(sims[:, j] > sims[owner[j], j]).sum() for j in range(60)])
+    assert (ranks["none/i2t"] == by_hand_i2t).all() and (ranks["none/t2i"] == by_hand_t2i).all()
+    for rerank in ("none", "fr"):
+        for d in ("i2t", "t2i"):
+            for k in (1, 5, 10):
+                assert 100 * np.mean(ranks[f"{rerank}/{d}"] < k) == pytest.approx(doc[rerank][d][f"r{k}"], abs=1e-3)
+    assert not any(k.startswith("query_ranks") for k in doc["none"])  # the arrays are not in the JSON

@@ -8,12 +8,14 @@ the whole test split and on each evaluation subset of the dataset, e.g. synth's 
 training ended and the spread of its test matrix, collapsed runs flagged), ``{name}_curves.png`` (validation curves)
 and ``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
 
-Verdicts: a two-sided t-test of the difference at its actual degrees of freedom: two sides that are the same
-trained models (e.g. a variant with and without a re-ranker) are compared seed by seed (paired, df = n - 1); other
-sides as two independent samples (Welch's standard error, Welch-Satterthwaite df). The p values of all claims are
-adjusted together by Holm's step-down rule (family-wise error rate ``ALPHA``); a claim *holds* when its adjusted p is
-below ``ALPHA`` and the claimed-better side is higher, *does not hold* when the adjusted p is below ``ALPHA`` and it is
-lower, and is *inconclusive* otherwise.
+Verdicts (docs/benchmark.md "Verdicts"): a two-sided t-test of the difference at its actual degrees of freedom: two
+sides that are the same trained models (e.g. a variant with and without a re-ranker) are compared seed by seed
+(paired, df = n - 1), with a query-level paired bootstrap beside it; other sides as two independent samples (Welch's
+standard error, Welch-Satterthwaite df). Each row has the 95 % interval, the effect the test could detect at the
+file's ``power``, and an equivalence test against the file's ``smallest_effect``. Holm's step-down rule adjusts
+both within each claim's ``family``; a claim *holds* or is *refuted* (the test rejects, for or against the claim),
+shows *no effect ≥ Δ* (the equivalence test rejects) or is *underpowered*. Both sides must differ only in
+declared settings (:func:`claim_differences`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ class Benchmark:
     degenerate_std: float = 0.01  # test similarities with a smaller std: a collapsed run, flagged in the tables
     runs_from: str | None = None  # another benchmark whose runs the same-named, same-defined variants reuse
     shared: frozenset = frozenset()  # those variants (set by load_benchmark)
+    smallest_effect: dict[str, float] = field(default_factory=dict)  # per metric: the effect of interest (Δ)
+    power: float = 0.8  # of each claim's detectable effect
+    query_resamples: int = 2000  # bootstrap resamples of the query-level test
 
     def check_variant(self, variant: str) -> None:
         if variant not in self.variants:
@@ -133,7 +138,9 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
             raise XmrError(f"{src}: rerank: unknown re-ranker {r!r}; choose from {PLAIN}, {', '.join(known)}")
     bench = Benchmark(doc["name"], path, doc["dataset"], list(doc["seeds"]), list(doc["rerank"]),
                       dict(doc["variants"]), dict(doc.get("overrides") or {}), list(doc.get("claims") or []),
-                      Path(config_dir), float(doc["degenerate_std"]), doc.get("runs_from"))
+                      Path(config_dir), float(doc["degenerate_std"]), doc.get("runs_from"),
+                      smallest_effect={k: float(v) for k, v in doc["smallest_effect"].items()},
+                      power=float(doc["power"]), query_resamples=int(doc["query_resamples"]))
     if bench.runs_from:
         bench.shared = _shared_variants(bench, load_benchmark(path.parent / f"{bench.runs_from}.yaml", config_dir))
     for v in bench.variants:
@@ -146,14 +153,25 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
                 raise XmrError(f"{src}: claims[{i}].{side}: no variant {variant!r}")
             if rerank not in bench.rerank:
                 raise XmrError(f"{src}: claims[{i}].{side}: re-ranker {rerank!r} is not in rerank {bench.rerank}")
+        if c["metric"] not in bench.smallest_effect:
+            raise XmrError(f"{src}: claims[{i}] compares {c['metric']}, which has no smallest_effect; add "
+                           f"smallest_effect.{c['metric']} (docs/benchmark.md \"Verdicts\")")
     return bench
 
 
-#: what "trained alike" means for two sides of a claim: the batch, the masking of in-batch positives and the stopping
-#: rule (its schedule and its patience); learning rates, losses and warm-ups are each method's own
-TRAINED_ALIKE = ("train.batch_size", "train.mask_same_image", "epoch cap", "train.early_stopping.enabled",
-                 "train.early_stopping.patience", "train.early_stopping.min_delta", "optim.schedule.name",
-                 "optim.schedule.plateau_drops", "optim.schedule.gamma")
+#: the protocol: what every claim's two sides share (the batch and how it is built, the masking of in-batch positives,
+#: the stopping rule: its schedule, patience and epoch cap). No method may declare these as its own; only a claim's
+#: own ``differs:`` can let them differ, and its row then says so
+TRAINED_ALIKE = ("train.batch_size", "train.batch_by", "train.mask_same_image", "epoch cap",
+                 "train.early_stopping.enabled", "train.early_stopping.patience", "train.early_stopping.min_delta",
+                 "optim.schedule.name", "optim.schedule.plateau_drops", "optim.schedule.gamma")
+#: what names a run, not how it trains
+META_KEYS = frozenset({"name", "paper", "method", "dataset", "description", "train.seed"})
+#: the schedule settings each schedule reads (xmr/train/schedule.py); the others are inert under it
+SCHEDULE_READS = {"none": (), "step": ("step_epochs", "gamma"), "plateau": ("gamma", "plateau_drops"),
+                  "cosine": ("min_lr",)}
+#: where the methods' own settings are declared (per method: key -> value and the paper's or code's place)
+METHOD_SETTINGS = "method_settings.yaml"
 
 
 def _get(cfg: dict, dotted: str) -> Any:
@@ -166,24 +184,99 @@ def _get(cfg: dict, dotted: str) -> Any:
     return cfg
 
 
-def training_differences(bench: Benchmark, variant_a: str, variant_b: str) -> list[str]:
-    """The :data:`TRAINED_ALIKE` settings on which two variants' runs differ (``key (a vs b)``), seed aside."""
+def inert_keys(cfg: dict) -> set[str]:
+    """Keys of a resolved run config that do not change how it trains: the schedule settings its schedule does not
+    read, and ``train.epochs`` when the stopping rule's cap replaces it (``epoch cap`` compares the cap itself)."""
+    sched = cfg["optim"]["schedule"]
+    out = {f"optim.schedule.{k}" for k in ("step_epochs", "gamma", "plateau_drops", "min_lr")
+           if k not in SCHEDULE_READS.get(sched["name"], ())}
+    es = cfg["train"].get("early_stopping") or {}
+    if es.get("enabled") and es.get("max_epochs") and sched["name"] != "cosine":  # cosine decays over train.epochs
+        out.add("train.epochs")
+    return out
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A setting on which a claim's two sides differ, and who declares it: ``variant`` (a variant of the same
+    recipe sets it: what the claim ablates), a method name (that method's own setting, ``source`` its place in
+    the paper or code) or ``claim`` (the claim's ``differs:``)."""
+    key: str
+    better: Any
+    worse: Any
+    by: str
+    source: str = ""
+    value: Any = None  # the declaring method's value (a method's own setting)
+
+    def text(self) -> str:
+        return f"`{self.key}` {_short(self.better)} / {_short(self.worse)}"
+
+
+def _short(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def load_method_settings(config_dir: str | os.PathLike = "config") -> dict[str, dict[str, dict]]:
+    """``config/method_settings.yaml`` (schema ``method_settings``): ``{method: {key: {value, source}}}``."""
+    from xmr.config import load_validated
+
+    path = Path(config_dir) / METHOD_SETTINGS
+    return load_validated(path, "method_settings") if path.exists() else {}
+
+
+def claim_differences(bench: Benchmark, claim: dict, declared: dict | None = None,
+                      index: int | None = None) -> list[Difference]:
+    """Every setting that both sides' resolved run configs (seed aside) have with different values, each with
+    who declares it; a one-line error for one that nobody declares. Keys only one side has are its method's own
+    architecture; keys that do not change training (:func:`inert_keys`, :data:`META_KEYS`) are left out."""
+    from xmr.tracking import flatten
+
+    (bv, _), (wv, _) = _side(claim["better"]), _side(claim["worse"])
+    if bv == wv:
+        return []
+    declared = load_method_settings(bench.config_dir) if declared is None else declared
     seed = bench.seeds[0]
-    a, b = bench.run_config(variant_a, seed), bench.run_config(variant_b, seed)
-    return [f"{k} ({_get(a, k)} vs {_get(b, k)})" for k in TRAINED_ALIKE if _get(a, k) != _get(b, k)]
-
-
-def check_trained_alike(bench: Benchmark) -> None:
-    """Every claim between two different variants compares runs trained alike (:data:`TRAINED_ALIKE`), or says in
-    its ``differs`` what differs; a one-line error otherwise."""
-    for i, c in enumerate(bench.claims):
-        (bv, _), (wv, _) = _side(c["better"]), _side(c["worse"])
-        if bv == wv or c.get("differs"):
+    a, b = bench.run_config(bv, seed), bench.run_config(wv, seed)
+    fa, fb = flatten(a), flatten(b)
+    fa["epoch cap"], fb["epoch cap"] = _get(a, "epoch cap"), _get(b, "epoch cap")
+    skip = META_KEYS | (inert_keys(a) & inert_keys(b))
+    same_recipe = bench.variants[bv]["recipe"] == bench.variants[wv]["recipe"]
+    variant_keys = set(bench.variants[bv].get("set") or {}) | set(bench.variants[wv].get("set") or {})
+    own = claim.get("differs") or {}
+    where = f"{bench.path}: claims[{index}] ({claim['claim']})" if index is not None else \
+        f"{bench.path}: claim {claim['claim']!r}"
+    out = []
+    for key in sorted(set(fa) & set(fb)):
+        if key in skip or fa[key] == fb[key]:
             continue
-        diffs = training_differences(bench, bv, wv)
-        if diffs:
-            raise XmrError(f"{bench.path}: claims[{i}] ({c['claim']}): `{bv}` and `{wv}` train differently: "
-                           f"{'; '.join(diffs)}; make them equal, or say what differs in the claim's `differs:`")
+        if key in own:
+            out.append(Difference(key, fa[key], fb[key], "claim", own[key]))
+            continue
+        if key in TRAINED_ALIKE:
+            raise XmrError(f"{where}: `{bv}` and `{wv}` differ in the protocol setting {key} ({_short(fa[key])} vs "
+                           f"{_short(fb[key])}); make them equal, or name it under the claim's `differs:` with why")
+        if same_recipe and key in variant_keys:
+            out.append(Difference(key, fa[key], fb[key], "variant", "set by the variant (what the claim ablates)"))
+            continue
+        for method, value in ((a["method"], fa[key]), (b["method"], fb[key])):
+            entry = (declared.get(method) or {}).get(key)
+            if entry is not None and entry["value"] == value:
+                out.append(Difference(key, fa[key], fb[key], method, entry["source"], value))
+                break
+        else:
+            raise XmrError(f"{where}: `{bv}` and `{wv}` differ in {key} ({_short(fa[key])} vs {_short(fb[key])}), "
+                           f"declared by neither method; make it equal, or declare it as {a['method']}'s or "
+                           f"{b['method']}'s own in {Path(bench.config_dir) / METHOD_SETTINGS} with its source")
+    return out
+
+
+def check_trained_alike(bench: Benchmark) -> dict[int, list[Difference]]:
+    """Every claim between two different variants: each setting on which they differ, declared
+    (:func:`claim_differences`); a one-line error naming the claim and the key for one that is not."""
+    declared = load_method_settings(bench.config_dir)
+    return {i: claim_differences(bench, c, declared, i) for i, c in enumerate(bench.claims)}
 
 
 def _shared_variants(bench: Benchmark, source: Benchmark) -> frozenset:
@@ -374,25 +467,102 @@ def _values(records: list[dict], variant: str, rerank: str, subset: str, metric:
             if r["variant"] == variant and r["rerank"] == rerank and r["subset"] == subset}
 
 
-def verdict(diff: float, p_adjusted: float, alpha: float = ALPHA) -> str:
-    if not math.isfinite(p_adjusted) or p_adjusted >= alpha or diff == 0:
-        return "inconclusive"
-    return "holds" if diff > 0 else "does not hold"
+#: the four verdicts (docs/benchmark.md "Verdicts"); a claim whose runs are missing reads "not run"
+HOLDS, REFUTED, NO_EFFECT, UNDERPOWERED = "holds", "refuted", "no effect ≥ Δ", "underpowered"
+
+
+def verdict(diff: float, p_adjusted: float, p_equivalence_adjusted: float = float("nan"),
+            alpha: float = ALPHA) -> str:
+    """*holds* / *refuted*: the (Holm-adjusted) two-sided test rejects no difference, with the difference in / against
+    the claimed direction; else *no effect ≥ Δ*: the (Holm-adjusted) equivalence test rejects an effect as large as
+    the one of interest; else *underpowered*: neither decides (the row's detectable effect says at what size this
+    design would)."""
+    if math.isfinite(p_adjusted) and p_adjusted < alpha and diff != 0:
+        return HOLDS if diff > 0 else REFUTED
+    if math.isfinite(p_equivalence_adjusted) and p_equivalence_adjusted < alpha:
+        return NO_EFFECT
+    return UNDERPOWERED
+
+
+def differs_text(diffs: list[Difference], values: bool = True) -> str:
+    """The declared differences of a claim's row, grouped by who declares them (``dive's `loss.margin` 0.1 / 0.2``;
+    ``values=False``: the keys alone, as the claims table shows them)."""
+    owner = {"variant": "the variant's", "claim": "the claim's"}
+    groups: dict[str, list[str]] = {}
+    for d in diffs:
+        groups.setdefault(owner.get(d.by, f"{d.by}'s"), []).append(d.text() if values else f"`{d.key}`")
+    return "; ".join(f"{who} {', '.join(items)}" for who, items in groups.items())
 
 
 def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict:
     nan = float("nan")
-    return {"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"], "subset": subset,
-            "differs": c.get("differs", ""), "metric": metric, "better_mean": nan, "better_std": nan, "worse_mean": nan, "worse_std": nan, "diff": nan,
-            "se": nan, "n": 0, "t": nan, "df": nan, "p": nan, "paired": paired, "verdict": why}
+    return {"claim": c["claim"], "source": c["source"], "family": c["family"], "better": c["better"],
+            "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": nan, "better_std": nan,
+            "worse_mean": nan, "worse_std": nan, "diff": nan, "se": nan, "n": 0, "t": nan, "df": nan, "p": nan,
+            "paired": paired, "verdict": why}
 
 
-def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
+def ranks_path(result_path: str | os.PathLike) -> Path:
+    """The per-query ranks written beside a results file (``s0.json`` -> ``s0.ranks.npz``)."""
+    return Path(result_path).with_suffix(".ranks.npz")
+
+
+#: per metric, the recall cut-offs each direction adds up (RSUM: all six)
+QUERY_CUTOFFS = {"rsum": ((1, 5, 10), (1, 5, 10)), "i2t_r1": ((1,), ()), "t2i_r1": ((), (1,))}
+
+
+def query_differences(ranks: dict[str, np.ndarray], better: str, worse: str, subset: str = ALL,
+                      metric: str = "rsum") -> np.ndarray:
+    """Per image cluster (an image with its captions), its contribution to ``metric``(better) - ``metric``(worse)
+    of one trained model under two re-rankers, from the per-query ranks (:func:`xmr.results.write_query_ranks`);
+    the contributions add up to the metric's difference. Clusters with no query in ``subset`` are left out."""
+    i2t_k, t2i_k = QUERY_CUTOFFS[metric]
+    c = int(ranks["captions_per_image"])
+    bi, wi, bt, wt = (ranks[f"{r}/{d}"] for d in ("i2t", "t2i") for r in (better, worse))
+    n, m = bi.size, bt.size
+    im = ranks[f"subset/{subset}/images"] if subset != ALL else np.ones(n, bool)
+    cm = ranks[f"subset/{subset}/captions"] if subset != ALL else np.ones(m, bool)
+
+    def hits(r: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
+        return sum((r < k).astype(np.float64) for k in ks) if ks else np.zeros(r.size)
+
+    per_image = np.where(im, 100.0 * (hits(bi, i2t_k) - hits(wi, i2t_k)) / max(int(im.sum()), 1), 0.0)
+    per_caption = np.where(cm, 100.0 * (hits(bt, t2i_k) - hits(wt, t2i_k)) / max(int(cm.sum()), 1), 0.0)
+    owner = np.arange(m) // c
+    d = per_image + np.bincount(owner, weights=per_caption, minlength=n)
+    keep = im | (np.bincount(owner, weights=cm.astype(np.float64), minlength=n) > 0)
+    return d[keep]
+
+
+def query_level(bench: Benchmark, claim: dict, seeds: list[int],
+                results_root: str | os.PathLike = RESULTS_ROOT) -> dict[str, float]:
+    """The query-level paired test of a claim on the same trained models (a re-ranker against plain): the
+    per-cluster differences of each seed's test queries, resampled by image cluster within each seed
+    (:func:`xmr.evaluation.stats.cluster_bootstrap`). It answers: on this test set, do these trained models
+    gain? (The seed-level test asks it of training runs in general.)"""
+    from xmr.evaluation.stats import cluster_bootstrap
+    from xmr.results import read_query_ranks
+
+    (v, br), (_, wr) = _side(claim["better"]), _side(claim["worse"])
+    per_seed = [query_differences(read_query_ranks(ranks_path(bench.result_path(v, s, results_root))), br, wr,
+                                  claim["subset"], claim["metric"]) for s in seeds]
+    return cluster_bootstrap(per_seed, bench.query_resamples, seed=0)
+
+
+def judge_claims(bench: Benchmark, records: list[dict], differences: dict[int, list[Difference]] | None = None,
+                 results_root: str | os.PathLike = RESULTS_ROOT) -> list[dict]:
+    """One row per claim: both sides' mean ± std, the difference with its 95 % interval, the seed-level test (paired
+    or Welch), the effect it could detect at ``bench.power`` (level α / the family's size: Holm's strictest step),
+    the equivalence test against the smallest effect of interest, Holm's adjustment of both within each family,
+    the query-level test for claims on the same models, what differs between the sides, and the verdict."""
+    from xmr.evaluation.stats import confidence_interval, detectable_effect, equivalence_p
+
+    differences = differences or {}
     rows = []
-    for c in bench.claims:
+    for i, c in enumerate(bench.claims):
         bv, br = _side(c["better"])
         wv, wr = _side(c["worse"])
-        subset, metric = c.get("subset", ALL), c.get("metric", "rsum")
+        subset, metric = c["subset"], c["metric"]
         b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
         if metric in SET_METRICS:  # runs without set statistics (a single-embedding method, an older results file)
             measured = {v: {s: x for s, x in side.items() if math.isfinite(x)} for v, side in (("b", b), ("w", w))}
@@ -406,17 +576,35 @@ def judge_claims(bench: Benchmark, records: list[dict]) -> list[dict]:
                 continue
             raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
                            f"define that evaluation subset?")
+        paired = bv == wv
         # diff > 0 always means "as claimed": for a lower-is-better metric the claimed-better side is the lower one
-        cmp = compare(w, b, paired=bv == wv) if metric in LOWER_IS_BETTER else compare(b, w, paired=bv == wv)
+        cmp = compare(w, b, paired=paired) if metric in LOWER_IS_BETTER else compare(b, w, paired=paired)
         (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
-        rows.append({"claim": c["claim"], "source": c["source"], "better": c["better"], "worse": c["worse"],
-                     "subset": subset, "differs": c.get("differs", ""), "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm,
-                     "worse_std": ws, **cmp, "paired": bv == wv})
-    for row, p_adj in zip(rows, holm([r["p"] for r in rows])):
-        row["p_holm"] = p_adj
-        if row.get("verdict") not in ("not run", "not measured"):
-            row["verdict"] = verdict(row["diff"], p_adj)
-    return rows
+        lo, hi = confidence_interval(cmp["diff"], cmp["se"], cmp["df"])
+        sesoi = bench.smallest_effect[metric]
+        row = {"claim": c["claim"], "source": c["source"], "family": c["family"], "better": c["better"],
+               "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs,
+               "worse_mean": wm, "worse_std": ws, **cmp, "ci_low": lo, "ci_high": hi, "paired": paired,
+               "smallest_effect": sesoi, "p_equivalence": equivalence_p(cmp["diff"], cmp["se"], cmp["df"], sesoi),
+               "differs": differs_text(differences.get(i, [])),
+               "differs_keys": differs_text(differences.get(i, []), values=False)}
+        if paired and metric in QUERY_CUTOFFS:
+            seeds = sorted(set(b) & set(w))
+            row.update({f"query_{k}": v for k, v in query_level(bench, c, seeds, results_root).items()})
+        rows.append(row)
+    for family in dict.fromkeys(r["family"] for r in rows):
+        members = [r for r in rows if r["family"] == family]
+        size = sum(math.isfinite(r["p"]) for r in members)
+        for row, p_adj, q_adj in zip(members, holm([r["p"] for r in members]),
+                                     holm([r.get("p_equivalence", float("nan")) for r in members])):
+            row["p_holm"], row["p_equivalence_holm"], row["family_size"] = p_adj, q_adj, size
+            if row.get("verdict") in ("not run", "not measured"):
+                continue
+            row["alpha"] = ALPHA / max(size, 1)
+            row["detectable"] = detectable_effect(row["se"], row["df"], row["alpha"], bench.power)
+            row["verdict"] = verdict(row["diff"], p_adj, q_adj)
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # one set of columns (the CSV): NaN where none
+    return [{k: r.get(k, float("nan")) for k in columns} for r in rows]
 
 
 # ------------------------------------------------------------------------------------------------- writing
@@ -550,33 +738,67 @@ def training_part(bench: Benchmark, training: list[dict], times: dict, missing: 
     return training_markdown(bench, training) + note + time_line(bench, times)
 
 
-def claims_markdown(claims: list[dict], n_seeds: int) -> str:
+def claims_markdown(claims: list[dict], n_seeds: int, bench: Benchmark | None = None,
+                    differences: dict[int, list[Difference]] | None = None) -> str:
+    """The claims table, its legend (the tests, the families, Δ) and the sources of the declared differences."""
     out = io.StringIO()
-    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference ± SE | t (df) | "
-              "p | p (Holm) | verdict | trained alike |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference [95 % CI] | "
+              "t (df) | p (Holm) | detectable | verdict | query level [95 % CI] | what differs |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for c in claims:
         metric = "" if c["metric"] == "rsum" else \
             f" ({c['metric']}{', lower is better' if c['metric'] in LOWER_IS_BETTER else ''})"
         dg = 3 if c["metric"] in SET_METRICS else 1
+        nan = float("nan")
         diff = "–" if not math.isfinite(c["diff"]) else \
-            f"{c['diff']:+.{dg}f} ± {c['se']:.{dg}f}{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
-        t = "–" if not math.isfinite(c.get("df", float("nan"))) else f"{c['t']:+.2f} ({c['df']:.1f})"
+            f"{c['diff']:+.{dg}f} [{_num(c.get('ci_low', nan), dg)}, {_num(c.get('ci_high', nan), dg)}]" \
+            f"{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
+        t = "–" if not math.isfinite(c.get("df", nan)) else f"{c['t']:+.2f} ({c['df']:.1f})"
+        found = c.get("detectable", nan)
+        detect = "–" if not math.isfinite(found) else f"{found:.{dg}f}"
+        query = "–" if not math.isfinite(c.get("query_diff", nan)) else \
+            f"{c['query_diff']:+.1f} [{c['query_ci_low']:+.1f}, {c['query_ci_high']:+.1f}], p {_p(c['query_p'])}"
         out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
                   f"{_pm(c['better_mean'], c['better_std'], dg)} | {_pm(c['worse_mean'], c['worse_std'], dg)} | "
-                  f"{diff} | {t} | {_p(c.get('p'))} | {_p(c.get('p_holm'))} | **{c['verdict']}** | "
-                  f"{'same models' if c['paired'] else c.get('differs') or 'yes'} |\n")
+                  f"{diff} | {t} | {_p(c.get('p_holm'))} | {detect} | **{c['verdict']}** | {query} | "
+                  f"{'same models' if c['paired'] else c.get('differs_keys') or 'nothing'} |\n")
     tested = [c for c in claims if math.isfinite(c.get("p", float("nan")))]
+    families = {}
+    for c in tested:
+        families[c["family"]] = families.get(c["family"], 0) + 1
+    fams = ", ".join(f"{f} ({k})" for f, k in families.items())
+    deltas = ", ".join(f"{k} {v:g}" for k, v in (bench.smallest_effect if bench else {}).items()
+                       if any(c["metric"] == k for c in claims))
+    power = bench.power if bench else 0.8
     raw = sum(c["p"] < ALPHA for c in tested)
-    out.write(f"\nMean ± std over {n_seeds} seeds; SE = standard error of the difference. Each claim is a two-sided "
-              f"t-test at its degrees of freedom: paired over seeds (df = n − 1) when both sides are the same "
-              f"models, else Welch's (Welch–Satterthwaite df). The difference is signed so that > 0 is the claimed "
-              f"direction (claimed worse − claimed better for a lower-is-better metric). The {len(tested)} p values are adjusted together by "
-              f"Holm's step-down rule; *holds* / *does not hold*: Holm-adjusted p < {ALPHA} with the difference "
-              f"positive / negative; else *inconclusive*. Unadjusted, {raw} of {len(tested)} would pass "
-              f"p < {ALPHA}; by chance alone about {ALPHA * len(tested):.1f} would. *Trained alike*: both sides "
-              f"train with the same batch size, masking and stopping rule (`xmr.benchmark.TRAINED_ALIKE`), or the "
-              f"row says what differs.\n")
+    verdicts = {v: sum(c["verdict"] == v for c in claims) for v in (HOLDS, REFUTED, NO_EFFECT, UNDERPOWERED)}
+    out.write(f"\nMean ± std over {n_seeds} seeds. The difference is signed so that > 0 is the claimed direction "
+              f"(claimed worse − claimed better for a lower-is-better metric), with its 95 % confidence interval. "
+              f"Seed level: a two-sided t test, paired over seeds (df = n − 1) when both sides are the same models, "
+              f"else Welch's (Welch–Satterthwaite df); Holm's step-down rule within each family (one per paper: "
+              f"{fams}). *Detectable*: the smallest true difference this test finds with {power:.0%} power at level "
+              f"0.05 / the family's size (Holm's strictest step), given the spread observed. Smallest effect of "
+              f"interest Δ: {deltas} (fixed before the runs, docs/benchmark.md \"Verdicts\"). *holds* / "
+              f"*refuted*: Holm-adjusted p < {ALPHA} with the difference for / against the claim; *no effect ≥ Δ*: "
+              f"the equivalence test (two one-sided tests at ±Δ, Holm-adjusted within the family) rejects an "
+              f"effect as large as Δ; *underpowered*: neither decides. "
+              f"Verdicts: {', '.join(f'{k} {v}' for k, v in verdicts.items())}; unadjusted, {raw} of {len(tested)} "
+              f"would pass p < {ALPHA}. *Query level* (claims on the same models): the mean over seeds of the "
+              f"per-query difference summed over the test queries, its 95 % interval and p from "
+              f"{bench.query_resamples if bench else 2000} bootstrap resamples of the test images, each with its "
+              f"captions, within each seed: whether these trained models gain on this test set. *What differs*: "
+              f"every setting on which the two sides' resolved run configs differ, each declared (sources "
+              f"below); the protocol (batch, masking, stopping rule) is the same on both sides.\n")
+    declared = sorted({(d.by, d.key, _short(d.value), d.source) for diffs in (differences or {}).values()
+                       for d in diffs if d.by not in ("variant", "claim")})
+    if declared:
+        out.write("\nDeclared settings (config/method_settings.yaml): "
+                  + "; ".join(f"{by} `{key}` {value}: {source}" for by, key, value, source in declared) + ".\n")
     return out.getvalue()
+
+
+def _num(x: float, digits: int) -> str:
+    return f"{x:+.{digits}f}" if math.isfinite(x) else "–"
 
 
 def _p(p: float | None) -> str:
@@ -660,12 +882,12 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     (atomically) and return their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
     from xmr.io import atomic_path, write_json
 
-    check_trained_alike(bench)
+    differences = check_trained_alike(bench)
     out = Path(out_dir or results_dir(bench.dataset, results_root))
     out.mkdir(parents=True, exist_ok=True)
     records = gather(bench, results_root, strict)
     rows = summary_rows(bench, records)
-    claims = judge_claims(bench, records)
+    claims = judge_claims(bench, records, differences, results_root)
     times = timing(bench, runs_root, results_root)
     stats = dataset_stats(bench)
     training = gather_training(bench, results_root, runs_root)
@@ -675,7 +897,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     present = {(r["variant"], r["seed"]) for r in records}
     missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
     for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing, training)),
-                      ("claims_md", claims_markdown(claims, len(bench.seeds))),
+                      ("claims_md", claims_markdown(claims, len(bench.seeds), bench, differences)),
                       ("training_md", training_part(bench, training, times, missing)),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:

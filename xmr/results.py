@@ -16,10 +16,13 @@ from xmr.tracking import Tracker, metrics_to_flat
 
 
 def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
-                 rerank_params: dict[str, float] | None = None, track: bool = True) -> dict[str, Any]:
+                 rerank_params: dict[str, float] | None = None, track: bool = True,
+                 keep_ranks: bool = False) -> dict[str, Any]:
     """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``, the
     spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py) and, for a set method, how
-    far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py)."""
+    far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py).
+    ``keep_ranks=True`` adds ``query_ranks``: the headline protocol's per-query ranks and the split's subset masks
+    (arrays, for :func:`write_query_ranks`; not JSON)."""
     from xmr.evaluation import evaluate_sims
     from xmr.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
@@ -59,11 +62,15 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
             shape = (split.num_images, split.num_captions)
         if subsets is not None and sims.shape != shape:
             subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
-    by_protocol = {}
+    by_protocol, query_ranks = {}, None
     for p in protocols:  # rounded here, so that MLflow gets the numbers the results file holds
         kw = {"image_labels": labels} if p == "cub" else {"subsets": subsets}
         metrics = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"], rerank=rerank,
-                                rerank_params=arrays, **kw)
+                                rerank_params=arrays, keep_ranks=keep_ranks and p == protocols[0] and p != "cub",
+                                **kw)
+        if "query_ranks" in metrics:
+            query_ranks = {**metrics.pop("query_ranks"), "subsets": subsets or {},
+                           "captions_per_image": int(ds["captions_per_image"])}
         by_protocol[p] = rounded_metrics(metrics)
     head = by_protocol[protocols[0]]
     result = {**head, "protocol": protocols[0], "protocols": by_protocol, "dataset": cfg["dataset"],
@@ -86,6 +93,8 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
             tracker.log_metrics({"test_similarity_std": result["similarity_spread"]["std"]})
             tracker.set_tags({k: result[k] for k in ("epochs_trained", "stopped_by") if result.get(k) is not None})
             tracker.log_dict(result, tracked_result_name(cfg["name"], tag))
+    if query_ranks is not None:
+        result["query_ranks"] = query_ranks
     return result
 
 
@@ -108,14 +117,43 @@ def _validation_scale(rerank: str, train_info: dict, run_dir: Path) -> dict[str,
 
 
 def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reranks: list[str],
-                      track: bool = True) -> dict[str, Any]:
+                      track: bool = True, keep_ranks: bool = False) -> dict[str, Any]:
     """One results dict per re-ranker (``none`` = plain) of the same run: ``{"by_rerank": {name: result}}`` plus
-    the run's identity (what the seeded benchmark stores per run)."""
-    by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track) for r in reranks}
+    the run's identity (what the seeded benchmark stores per run); ``keep_ranks``: each one's ``query_ranks``."""
+    by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track, keep_ranks) for r in reranks}
     first = by[reranks[0]]
     keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol",
             "similarity_spread", "set_statistics", *TRAINING_KEYS)
     return {**{k: first.get(k) for k in keys}, "by_rerank": by}
+
+
+def write_query_ranks(path: str | os.PathLike, result: dict) -> None:
+    """Pop the ``query_ranks`` of a results dict (one evaluation, or ``by_rerank``'s) and write them to one .npz
+    (atomically; empty for a class-level protocol): ``{rerank}/i2t``, ``{rerank}/t2i`` (0-based rank of each query's first positive),
+    ``subset/{name}/images|captions`` (boolean masks) and ``captions_per_image``."""
+    from xmr.io import atomic_path
+
+    by = result["by_rerank"] if "by_rerank" in result else {result.get("rerank") or "none": result}
+    arrays: dict[str, np.ndarray] = {}
+    for rerank, res in by.items():
+        kept = res.pop("query_ranks", None)
+        if kept is None:  # a class-level headline protocol (cub) ranks classes, not a query's own positives
+            continue
+        arrays[f"{rerank}/i2t"], arrays[f"{rerank}/t2i"] = kept["i2t"], kept["t2i"]
+        arrays["captions_per_image"] = np.asarray(kept["captions_per_image"])
+        for name, sub in kept["subsets"].items():
+            for side in ("images", "captions"):
+                arrays[f"subset/{name}/{side}"] = np.asarray(sub[side], dtype=bool)
+    with atomic_path(path, ".npz") as tmp:
+        np.savez_compressed(tmp, **arrays)
+
+
+def read_query_ranks(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """What :func:`write_query_ranks` wrote, as ``{key: array}``."""
+    if not Path(path).exists():
+        raise XmrError(f"{path}: no per-query ranks; re-run the evaluation (`xmr test ... --ranks-out {path}`)")
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
 
 
 #: decimals of every metric a results file holds: each recall of COCO (5K, and the mean of the 1K folds) and of

@@ -8,8 +8,8 @@ on and a key renamed in the schema fails here, when the settings are built, not 
   prepared input (:class:`ImagePreparation`). Read by the loaders, the image backbone, the run inputs, encoding.
 - :class:`TextInput`: ``text.{encoder,tokenizer,min_word_count,features_dir}``, ``features.text``. The vocabulary,
   the run inputs, the precomputed text features.
-- :class:`Batching`: ``train.{batch_size,sampler,positives,mask_same_image,workers,gather_negatives}``. Samplers,
-  positives, the epoch's loader.
+- :class:`Batching`: ``train.{batch_size,batch_by,sampler,positives,mask_same_image,workers,gather_negatives}``.
+  Samplers, positives, the epoch's loader.
 - :class:`Process`: ``train.{device,threads,seed,deterministic,fill_uninitialized_memory,amp}``. The process set-up.
 - :class:`Schedule`: ``optim.schedule.*``, ``train.epochs``. The learning rate of a step.
 - :class:`Stopping`: ``train.early_stopping.*``. The stopping rule.
@@ -206,15 +206,16 @@ class Batching:
     KEYS: ClassVar[dict[str, str]] = {
         "batch_size": "train.batch_size", "sampler": "train.sampler", "positives": "train.positives",
         "mask_same_image": "train.mask_same_image", "workers": "train.workers",
-        "gather_negatives": "train.gather_negatives"}
+        "gather_negatives": "train.gather_negatives", "batch_by": "train.batch_by"}
     DERIVED: ClassVar[tuple[str, ...]] = ()
 
-    batch_size: int
+    batch_size: int  # pairs, or images with batch_by: image
     sampler: str
     positives: str
     mask_same_image: bool
     workers: int
     gather_negatives: bool
+    batch_by: str
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ rule evaluate:
     output:
         json="results/{dataset}/{result}.json",
         metrics="results/{dataset}/{result}.metrics.json",  # compact: what `dvc metrics show` prints
+        ranks="results/{dataset}/{result}.ranks.npz",  # per-query ranks: the benchmark's query-level test
     params:
         run=result_run,
         rerank=lambda wc: rerank_options(result_run(wc), result_key(wc)[1]),
@@ -25,7 +26,7 @@ rule evaluate:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} test --run {params.run} --sims {input.sims} {params.rerank} --out {output.json}"
-        " --metrics-out {output.metrics} > {log} 2>&1"
+        " --metrics-out {output.metrics} --ranks-out {output.ranks} > {log} 2>&1"
 
 
 rule summary:

@@ -15,6 +15,9 @@ def add_arguments(p):
     p.add_argument("--out", required=True, help="results JSON")
     p.add_argument("--metrics-out", metavar="M.json",
                    help="also a compact metrics JSON (R@1/5/10 and RSUM per protocol and subset: DVC's metrics)")
+    p.add_argument("--ranks-out", metavar="R.npz",
+                   help="also each query's rank of its first positive (headline protocol, per re-ranker) and the "
+                        "split's subset masks: what the seeded benchmark's query-level test reads")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
@@ -30,7 +33,9 @@ def run(args):
 
         if args.rerank or args.rerank_param:
             raise XmrError("--reranks evaluates each re-ranker with its defaults; drop --rerank/--rerank-param")
-        res = evaluate_run_many(args.run, args.sims, args.reranks, track=not args.no_tracking)
+        res = evaluate_run_many(args.run, args.sims, args.reranks, track=not args.no_tracking,
+                                keep_ranks=bool(args.ranks_out))
+        _write_ranks(args.ranks_out, res)
         write_results(res, args.out, args.metrics_out)
         print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
         return
@@ -42,9 +47,18 @@ def run(args):
             params[k] = float(v)
         except ValueError:  # a path (qbnorm's bank_i2t / bank_t2i); the re-ranker checks it
             params[k] = v
-    res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking)
+    res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking,
+                       keep_ranks=bool(args.ranks_out))
+    _write_ranks(args.ranks_out, res)
     write_results(res, args.out, args.metrics_out)
     i, t = res["i2t"], res["t2i"]
     print(f"{res['recipe']} [{res['protocol']}, rerank={res['rerank']}]  "
           f"i2t R@1/5/10 {i['r1']:.1f}/{i['r5']:.1f}/{i['r10']:.1f}  "
           f"t2i R@1/5/10 {t['r1']:.1f}/{t['r5']:.1f}/{t['r10']:.1f}  RSUM {res['rsum']:.1f}")
+
+
+def _write_ranks(path, res) -> None:
+    if path:
+        from xmr.results import write_query_ranks
+
+        write_query_ranks(path, res)  # pops the arrays: the JSON gets none

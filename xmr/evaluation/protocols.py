@@ -79,7 +79,8 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
                   image_labels=None, caption_labels=None, rerank_defaults: str | None = None,
                   rerank_rows: Mapping[str, Any] | None = None, device: str | torch.device | None = None,
                   block_bytes: int = DEFAULT_BLOCK_BYTES, timing: bool = False,
-                  subsets: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  subsets: Mapping[str, Mapping[str, Any]] | None = None,
+                  keep_ranks: bool = False) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
     Returns ``{"i2t": {r1, r5, r10, medr, meanr}, "t2i": {...}, "rsum", "protocol", "ties", "rerank",
@@ -96,6 +97,9 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
     ``subsets`` (``{name: {"images": bool (N,), "captions": bool (M,)}}``, e.g. a split's ``extra['subsets']``)
     adds ``"subsets": {name: {"i2t", "t2i", "rsum", "n_images", "n_captions"}}``: the same ranks (whole gallery,
     same re-ranking) averaged over the subset's image queries and caption queries only.
+
+    ``keep_ranks=True`` adds ``"query_ranks": {"i2t": (N,), "t2i": (M,)}``: each query's 0-based rank of its first
+    positive (within its fold), the per-query record that the benchmark's query-level test reads.
     """
     p = get_protocol(protocol)
     check_ties(ties)
@@ -136,13 +140,15 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         _check_shape(p, n, m, c)
         head["captions_per_image"] = c
         masks = _subset_masks(subsets, n, m)
-        folds = []
+        folds, kept = [], []
         for rows, cols in _fold_slices(p, n, m):
             sc = rescoring(a[rows, cols], rows, cols, c)
             t0 = time.perf_counter()
             ranks_i2t, ranks_t2i = grouped_ranks(sc, c, ties)
             i2t, t2i = recall_metrics(ranks_i2t), recall_metrics(ranks_t2i)
             clock["ranking"] += time.perf_counter() - t0
+            if keep_ranks:
+                kept.append((np.asarray(ranks_i2t), np.asarray(ranks_t2i)))
             fold = {"i2t": i2t, "t2i": t2i, "rsum": rsum(i2t, t2i)}
             if masks:
                 fold["subsets"] = {name: _subset_metrics(ranks_i2t, ranks_t2i, im[rows], cm[cols])
@@ -151,6 +157,9 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         result = {**head, **(mean_of(folds) if p.folds > 1 else folds[0])}
         if p.folds > 1:
             result["folds"] = folds
+        if keep_ranks:
+            result["query_ranks"] = {"i2t": np.concatenate([k[0] for k in kept]).astype(np.int32),
+                                     "t2i": np.concatenate([k[1] for k in kept]).astype(np.int32)}
     if timing:
         result["timing_s"] = clock
     return result

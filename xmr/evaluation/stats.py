@@ -1,5 +1,6 @@
 """Statistics over seeds (the seeded benchmark's claims, xmr/benchmark.py): mean and standard deviation, paired or
-Welch t tests, Holm's step-down adjustment. Pure functions of numbers."""
+Welch t tests, Holm's step-down adjustment, confidence intervals, the minimum detectable effect, equivalence
+(TOST) and the stratified cluster bootstrap of query-level differences. Pure functions of numbers."""
 
 from __future__ import annotations
 
@@ -60,3 +61,75 @@ def holm(pvalues: list[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p))
         out[i] = running
     return out
+
+
+def confidence_interval(diff: float, se: float, df: float, level: float = 0.95) -> tuple[float, float]:
+    """``diff ± t_{(1+level)/2, df} · se`` (NaN where the t test has no SE or df)."""
+    from scipy import stats
+
+    if not (math.isfinite(se) and math.isfinite(df)):
+        return float("nan"), float("nan")
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return diff - half, diff + half
+
+
+def detectable_effect(se: float, df: float, alpha: float, power: float = 0.8) -> float:
+    """The smallest true difference that a two-sided t test at level ``alpha`` detects with probability ``power``,
+    given the standard error ``se`` at ``df`` degrees of freedom (the noncentral t: the design's minimum detectable
+    effect, computed from the spread observed)."""
+    from scipy import optimize, stats
+
+    if not (math.isfinite(se) and math.isfinite(df)) or df <= 0:
+        return float("nan")
+    if se == 0:
+        return 0.0
+    crit = float(stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(delta: float) -> float:
+        nc = delta / se
+        wrong_side = float(stats.nct.cdf(-crit, df, nc))  # rejecting in the other direction: tiny, NaN underflows
+        return float(stats.nct.sf(crit, df, nc)) + (wrong_side if math.isfinite(wrong_side) else 0.0) - power
+
+    hi = se * (crit + 10.0)
+    while shortfall(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(shortfall, 0.0, hi, xtol=1e-9 * se))
+
+
+def equivalence_p(diff: float, se: float, df: float, margin: float) -> float:
+    """Two one-sided tests (TOST) of ``|true difference| < margin``: the larger of the two one-sided p values
+    (H0: difference <= -margin; H0: difference >= +margin). Small p: no effect as large as ``margin``."""
+    from scipy import stats
+
+    if not (math.isfinite(se) and math.isfinite(df) and math.isfinite(margin)) or margin <= 0:
+        return float("nan")
+    if se == 0:
+        return 0.0 if abs(diff) < margin else 1.0
+    lower = float(stats.t.sf((diff + margin) / se, df))
+    upper = float(stats.t.cdf((diff - margin) / se, df))
+    return max(lower, upper)
+
+
+def cluster_bootstrap(per_stratum: list[np.ndarray], resamples: int = 2000, seed: int = 0,
+                      level: float = 0.95) -> dict[str, float]:
+    """Paired query-level comparison: ``per_stratum[s][c]`` is cluster c's contribution to the difference in stratum
+    s (a seed; a cluster = one image with its captions, which are not independent queries). The statistic is the
+    mean over strata of each stratum's sum; each resample draws every stratum's clusters with replacement, within
+    the stratum. Returns the statistic, the bootstrap SE, the percentile interval and the two-sided normal p."""
+    from scipy import stats
+
+    diffs = [np.asarray(d, dtype=np.float64) for d in per_stratum if len(d)]
+    if not diffs:
+        nan = float("nan")
+        return {"diff": nan, "se": nan, "ci_low": nan, "ci_high": nan, "p": nan, "resamples": 0}
+    rng = np.random.default_rng(seed)
+    total = np.zeros(resamples)
+    for d in diffs:
+        counts = rng.multinomial(d.size, np.full(d.size, 1.0 / d.size), size=resamples)  # (resamples, clusters)
+        total += counts @ d
+    boot = total / len(diffs)
+    stat = float(np.mean([d.sum() for d in diffs]))
+    se = float(boot.std(ddof=1))
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    p = float(2 * stats.norm.sf(abs(stat) / se)) if se > 0 else (0.0 if stat else 1.0)
+    return {"diff": stat, "se": se, "ci_low": float(lo), "ci_high": float(hi), "p": p, "resamples": resamples}

@@ -3,10 +3,13 @@
 Both modalities become a set of K = 4 embeddings from a slot-attention set prediction module
 (:mod:`xmr.models.slot_attention`: learnable slots, T = 4 weight-shared aggregation blocks, attention softmaxed
 over the slots, residual update, pre-LN GELU MLP, output LN(E^T) + LN(global), L2-normalised).
-Image: local features -> FC + residual 2-layer MLP (VSE∞ style, ROI setting) -> dropout; global = max-pool of
+Image: local features -> FC + residual 2-layer MLP (ROI setting; ``model.image_mlp_input``: the MLP reads the raw
+features as VSE∞'s, or the FC's output as the released code's ``--gpo_1x1``) -> dropout; global = max-pool of
 the projected features (ROI) or average (conv). Caption: the SPM reads the word embeddings (released code),
 the global feature is the BiGRU's last hidden state (``model.text_global: last_hidden``, the paper; the code
-averages the final forward and backward states, which is what the encoder's last hidden state is here).
+averages the final forward and backward states, which is what the encoder's last hidden state is here);
+``model.text_dropout`` drops the word embeddings, the BiGRU's outputs and its final state in training (the code's
+``EncoderText.forward``, 0.1).
 Training-time augmentation (:mod:`xmr.models.augment`, training mode only; defaults = released
 ``--butd_drop_prob 0.2 --caption_drop_prob 0.2``, paper readings as options): each local feature dropped with
 p = 0.2 before the projection (2-D grid positions are dropped with their cells), each inner caption token hit
@@ -14,8 +17,9 @@ with p = 0.2 and then masked (50%), replaced (10%) or deleted (40%).
 Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.set_similarity`).
 The global branch alone (``model.set_module: false``, no MMD) is DivE's base: each side l2norm(LN(global)), one
 embedding, whose smooth-Chamfer score is the cosine (tests/test_reductions.py).
-Loss: triplet on the smooth-Chamfer matrix, summed hinges in the first ``loss.warmup_epochs`` (the paper: "In the
-first epoch, triplet loss without mining is used") and the hardest negative after (mean reduction, as the code) +
+Loss: triplet on the smooth-Chamfer matrix, summed hinges in the first ``loss.warmup_epochs`` (the supplement, for
+its ResNeXt-101 + BERT setting: "In the first epoch, triplet loss without mining is used"; the released BUTD script:
+none) and the hardest negative after (mean reduction, as the code) +
 0.01 · MMD(all image elements, all caption elements) + 0.01 · diversity (mean over a set's element pairs of
 exp(-2‖x - x'‖²) of the L2-normalised slots before the global feature is added; both modalities).
 """
@@ -41,6 +45,11 @@ from xmr.similarity import set_similarity
 
 # the code scales every non-CNN image parameter and the text SPM (whose LN_g the global-only base keeps as *_global_norm)
 SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.", "image_global_norm.", "text_global_norm.")
+#: model.spm_lr_scope -> (parameter-name prefixes at lr x spm_lr_scale, prefixes among them kept at lr):
+#: ``code`` the released train.py's groups; ``paper`` "the set prediction modules" alone, without the global
+#: feature's LayerNorm LN_g (the global branch's, as in DivE's base)
+SPM_LR_SCOPES = {"code": (SPM_PREFIXES, ()),
+                 "paper": (("image_spm.", "text_spm."), ("image_spm.ln_global.", "text_spm.ln_global."))}
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,7 @@ class DivEModel:
     slot_update: str
     add_global: bool
     image_residual_mlp: bool
+    image_mlp_input: str
     image_global_pool: str
     image_pos_enc: str
     text_local: str
@@ -66,9 +76,11 @@ class DivEModel:
     text_pos_enc: str
     text_pos_length: str
     spm_lr_scale: float
+    spm_lr_scope: str
     size_augment: dict
     text_augment: float
     text_augment_style: str
+    text_dropout: float
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,9 @@ class DivE(RetrievalModel):
         if not m.set_module and not m.add_global:
             raise XmrError("model.set_module: false leaves the global feature alone, but model.add_global is false: "
                            "nothing would be embedded; set model.add_global: true")
-        self.image_proj = LocalProjection(image_dim, d, m.image_residual_mlp)
+        if m.spm_lr_scope not in SPM_LR_SCOPES:
+            raise XmrError(f"model.spm_lr_scope: {m.spm_lr_scope!r} is not one of {', '.join(SPM_LR_SCOPES)}")
+        self.image_proj = LocalProjection(image_dim, d, m.image_residual_mlp, m.image_mlp_input)
         self.image_dropout = nn.Dropout(m.dropout)
         if m.set_module:
             self.image_spm = SetPredictionModule(d, d, **spm_kw)
@@ -113,6 +127,8 @@ class DivE(RetrievalModel):
         if self.text.out_dim != d:
             raise XmrError(f"text encoder gives {self.text.out_dim}-d outputs, the joint space is {d}-d")
         self.text_dim = text_local_dim(self.text, m.text_local)
+        # no parameters: the state dict and the initialisation are those of text_dropout 0
+        self.text_dropout = nn.Dropout(m.text_dropout) if m.text_dropout > 0 else None
         if m.set_module:
             self.text_spm = SetPredictionModule(self.text_dim, d, **spm_kw)
         else:
@@ -146,7 +162,7 @@ class DivE(RetrievalModel):
         m = self.model_settings
         if self.training:
             batch = augment_caption_batch(batch, self.text, m.text_augment, m.text_augment_style)
-        glob, local, lengths = text_global_and_local(self.text, batch, m.text_global, m.text_local)
+        glob, local, lengths = text_global_and_local(self.text, batch, m.text_global, m.text_local, self.text_dropout)
         if not m.set_module:
             return {"txt": F.normalize(self.text_global_norm(glob), dim=-1)[:, None, :]}
         pos = None
@@ -178,13 +194,18 @@ class DivE(RetrievalModel):
         return {"loss": loss, **terms}
 
     def param_groups(self, lr: float, backbone_scale: float) -> list[dict]:
-        """Base groups, with the image projection and both set prediction modules at ``lr * spm_lr_scale``."""
+        """Base groups, with the parameters of ``model.spm_lr_scope`` (:data:`SPM_LR_SCOPES`) at
+        ``lr * spm_lr_scale``."""
         groups = super().param_groups(lr, backbone_scale)
         scale = self.model_settings.spm_lr_scale
         if scale == 1.0:
             return groups
-        spm_ids = {id(p) for n, p in self.named_parameters() if n.startswith(SPM_PREFIXES) and p.requires_grad}
+        scaled, kept = SPM_LR_SCOPES[self.model_settings.spm_lr_scope]
+        spm = [p for n, p in self.named_parameters()
+               if n.startswith(scaled) and not n.startswith(kept) and p.requires_grad]
+        if not spm:  # paper scope without the set modules (model.set_module: false)
+            return groups
+        spm_ids = {id(p) for p in spm}
         for g in groups:
             g["params"] = [p for p in g["params"] if id(p) not in spm_ids]
-        spm = [p for n, p in self.named_parameters() if n.startswith(SPM_PREFIXES) and p.requires_grad]
         return [g for g in groups if g["params"]] + [{"params": spm, "lr": lr * scale, "name": "spm"}]

@@ -1,9 +1,11 @@
-"""Image side on precomputed local features: projection to the joint space (FC, plus VSE∞'s residual MLP)."""
+"""Image side on precomputed local features: projection to the joint space (FC plus VSE∞'s or DivE's residual MLP)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from xmr.errors import XmrError
 
 
 class MLP(nn.Module):
@@ -25,16 +27,28 @@ class MLP(nn.Module):
         return x.reshape(*shape[:-1], -1)
 
 
-class LocalProjection(nn.Module):
-    """(B, R, F) -> (B, R, D): FC, optionally plus a 2-layer MLP residual (``residual_mlp``, VSE∞ region mode)."""
+#: what the residual MLP reads: the raw local features (VSE∞) or the FC's projection of them (DivE's code)
+MLP_INPUTS = ("local", "projected")
 
-    def __init__(self, in_dim: int, embed_dim: int, residual_mlp: bool = False) -> None:
+
+class LocalProjection(nn.Module):
+    """(B, R, F) -> (B, R, D): FC, optionally plus a 2-layer MLP residual (``residual_mlp``, hidden D/2).
+    ``mlp_input``: ``local`` = fc(x) + MLP(x), the MLP F -> D/2 -> D (VSE∞ region mode); ``projected`` =
+    fc(x) + MLP(fc(x)), the MLP D -> D/2 -> D (kdwonn/DivE model_spm.py ``EncoderImage`` with ``--gpo_1x1``)."""
+
+    def __init__(self, in_dim: int, embed_dim: int, residual_mlp: bool = False, mlp_input: str = "local") -> None:
         super().__init__()
+        if mlp_input not in MLP_INPUTS:
+            raise XmrError(f"model.image_mlp_input: {mlp_input!r} is not one of {', '.join(MLP_INPUTS)}")
         self.fc = nn.Linear(in_dim, embed_dim)
         nn.init.xavier_uniform_(self.fc.weight)
         nn.init.zeros_(self.fc.bias)
-        self.mlp = MLP(in_dim, embed_dim // 2, embed_dim, 2) if residual_mlp else None
+        self.projected = mlp_input == "projected"
+        mlp_in = embed_dim if self.projected else in_dim
+        self.mlp = MLP(mlp_in, embed_dim // 2, embed_dim, 2) if residual_mlp else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.fc(x)
-        return y + self.mlp(x) if self.mlp is not None else y
+        if self.mlp is None:
+            return y
+        return y + self.mlp(y if self.projected else x)

@@ -92,15 +92,24 @@ class PIENet(nn.Module):
 
 
 def text_global_and_local(text_encoder: nn.Module, batch: dict[str, torch.Tensor], pool: str = "mean",
-                          local: str = "hidden") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                          local: str = "hidden", dropout: nn.Module | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(global (B, D), local (B, T, F), lengths) from a text encoder's batch.
 
     ``pool``: how the global sentence vector is taken from the encoder's token outputs (``mean``, ``max``,
     ``last`` = output at the last word, PVSE; ``final``: see :func:`final_states_pool`) or from the encoder itself
     (``last_hidden``: the BiGRU's last hidden state, DivE). ``local``: what the attention heads read: ``hidden``
     (the encoder's token outputs, the DVSE formula's z_t) or ``words`` (the BiGRU's word embeddings, as PVSE and
-    DivE's code do; BiGRU only).
+    DivE's code do; BiGRU only). ``dropout`` (BiGRU only): on the word embeddings the GRU and ``words`` read, on
+    the outputs and on the last hidden state, before any pooling (DivE's ``model.text_dropout``).
     """
+    if dropout is not None:
+        if not hasattr(text_encoder, "encode_words"):
+            raise XmrError("model.text_dropout: needs the bigru text encoder (dropout on its word embeddings, "
+                           "outputs and last hidden state); set it to 0 with other encoders")
+        words, h, lengths, last = text_encoder.encode_words(batch, dropout)  # pool, local: schema enums
+        glob = last if pool == LAST_HIDDEN else POOLS[pool](h, lengths)
+        return glob, words if local == "words" else h, lengths
     if pool == LAST_HIDDEN:
         if not hasattr(text_encoder, "encode_with_last_hidden"):
             raise XmrError(f"model.text_pool: {LAST_HIDDEN} needs the bigru text encoder (a GRU's last hidden "

@@ -5,6 +5,9 @@ K learnable slots E⁰ (K, D) are refined by T weight-shared aggregation blocks 
     q = LN_q(E) W_q,  k = (LN_ctx(ψ) + P) W_k,  v = LN_ctx(ψ) W_v            (h heads × d_head; P = positions)
     A[n, k] = softmax over SLOTS k of q_k·k_n / √d_head                          (Eq. 2: slots compete)
     Â[n, k] = A[n, k] / Σ_n' A[n', k]                                            (renormalise over inputs)
+
+A padded input n (``pad_mode``): ``zero`` sets A[n, ·] = 0 (no mass); ``code`` is the released code's masking of
+its logits before the slot softmax, A[n, ·] = 1/K, which still enters Σ_n' and the weighted mean of the values.
     Ē = (Âᵀ v) W_o + E                 (residual update instead of slot attention's GRU)   (Eq. 3)
     E' = Ē + MLP(LN_ff(Ē))             (MLP = Linear D→4D, GELU, Linear 4D→D)               (Eq. 4)
 
@@ -106,10 +109,14 @@ class AggregationBlock(nn.Module):
         key, val = keys_values if keys_values is not None else self.project_context(context, pos)
         q = self.to_q(self.ln_q(slots)).view(b, k, self.heads, self.dim_head).transpose(1, 2)
         logits = q @ key.transpose(-1, -2) / math.sqrt(self.dim_head)  # (B, h, K, N)
+        pad = ~valid[:, None, None, :]
+        if self.pad_mode == "code":
+            # kdwonn/DivE agg_block/attention.py: a padded input's logits are the dtype's most negative value before
+            # the softmax over slots, so every slot gets exactly 1/K of it, and it stays in the renormalisation
+            logits = logits.masked_fill(pad, -torch.finfo(logits.dtype).max)
         attn = logits.softmax(dim=2)  # over SLOTS: the slots compete for each input
-        if self.pad_mode == "zero":
-            # padded inputs get no mass (the released code leaves them at 1/K; pad_mode: code)
-            attn = attn.masked_fill(~valid[:, None, None, :], 0.0)
+        if self.pad_mode == "zero":  # padded inputs get no mass
+            attn = attn.masked_fill(pad, 0.0)
         attn = attn / (attn.sum(dim=-1, keepdim=True) + 1e-7)
         out = (attn @ val).transpose(1, 2).reshape(b, k, self.heads * self.dim_head)
         return self.to_out(out), attn

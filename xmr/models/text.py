@@ -77,7 +77,15 @@ class BiGRUEncoder(TextEncoder):
         state (after the last word) and final backward state (after the first word), combined as the outputs
         are (``bigru_directions``: averaged, concatenated; one direction: its final state). DivE's global
         caption feature ("the last hidden state"; its code averages the two final states)."""
-        x = self.embed(batch["ids"])
+        return self.encode_words(batch)[1:]
+
+    def encode_words(self, batch: dict[str, torch.Tensor], dropout: nn.Module | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(word embeddings (B, T, word_dim), outputs, lengths, last hidden state) as the GRU saw them.
+        ``dropout`` is applied to the word embeddings (before the GRU reads them), to the outputs and to the
+        last hidden state, kdwonn/DivE model_spm.py ``EncoderText.forward``'s three places."""
+        drop = dropout if dropout is not None else (lambda t: t)
+        x = drop(self.embed(batch["ids"]))
         lengths = batch["lengths"]
         packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
         out, last = self.rnn(packed)  # last: (layers x directions, B, H), in the batch's own order
@@ -89,7 +97,7 @@ class BiGRUEncoder(TextEncoder):
             last = last[-1]
         if self.average:
             h = (h[..., : self.out_dim] + h[..., self.out_dim:]) / 2
-        return h, lengths.to(h.device), last
+        return x, drop(h), lengths.to(h.device), drop(last)
 
 
 def resolve_bert_path(spec: str | None) -> str:

@@ -1,12 +1,20 @@
 """Batch composition: which training pairs share a batch, and which of them count as positives.
 
-- ``train.sampler: random`` — shuffled caption-level pairs (every method's reference code for COCO/Flickr30K).
+- ``train.sampler: random`` — shuffled caption-level pairs (every method's reference code for COCO/Flickr30K but
+  DivE's, whose batches are whole images: ``train.batch_by: image`` below).
 - ``train.sampler: one_per_class`` — PCME's ``CUBSampler`` (naver-ai/pcme ``datasets/cub.py``): each batch is
   one anchor pair plus one random pair from each of ``batch_size - 1`` other classes, so no two pairs of a batch
   share a class and same-class pairs are never in-batch negatives. An epoch has ``len(pairs) // batch_size``
   batches (the released ``adjust_epoch``); anchors are the first pairs of a shuffled order. The released sampler
   needs ``batch_size`` = the number of training classes (150 on CUB); here fewer classes per batch are allowed
   (a random subset of the other classes each batch).
+- ``train.batch_by: image`` — :class:`ImageBatchSampler` (kdwonn/DivE ``data.py``: the training set iterates over
+  images, each with all of its captions): ``batch_size`` images a batch, every caption of each; each image once an
+  epoch, the last batch holding the rest (the code's DataLoader keeps it). :class:`ImageIndexedPairs` reads a
+  batch's images once and :class:`ImageIndexedCollate` says which image each pair has (``image_rows``); the trainer
+  encodes each image once and repeats its outputs for each of its captions, so the loss gets one row per pair, and
+  same-image captions are positives (``train.mask_same_image: true``, required): a caption's only positive image is
+  its own, and an image's own captions are never its negatives.
 - ``train.positives: image | class | caption_text`` — the in-batch positive mask given to the loss: captions of
   the same image (``image``), of the same class (``class``: "all image-caption pairs of the same class are
   positives", the CUB reading of DVSE's card), or, for image i and caption j, captions whose text equals one of
@@ -26,10 +34,12 @@ from torch.utils.data import Sampler
 
 from xmr.data.base import CaptionedSplit
 from xmr.errors import XmrError
+from xmr.loaders import ImageFiles, PairCollate, PairDataset, RegionBatch, read_regions
 from xmr.run_settings import Batching
 
 SAMPLERS = ("random", "one_per_class")
 POSITIVES = ("image", "class", "caption_text")
+BATCH_BY = ("caption", "image")
 
 
 class OnePerClassBatchSampler(Sampler[list[int]]):
@@ -61,6 +71,71 @@ class OnePerClassBatchSampler(Sampler[list[int]]):
             order = rng.permutation(len(batch))
             if b % self.world_size == self.rank:
                 yield [batch[i] for i in order]
+
+
+class ImageBatchSampler(Sampler[list[int]]):
+    """Batches of caption (pair) indices holding every caption of ``batch_size`` images, grouped by image (see the
+    module docstring). Images in a random order deterministic in ``seed``, each once an epoch. With ``world_size``
+    > 1 the order is extended by wrapping round (as torch's DistributedSampler pads) to whole batches, the same
+    number for every process, and rank r takes batches r, r + world_size, ..."""
+
+    def __init__(self, caption_image: np.ndarray, batch_size: int, seed: int, rank: int = 0,
+                 world_size: int = 1) -> None:
+        caption_image = np.asarray(caption_image)
+        order = np.argsort(caption_image, kind="stable")
+        self.images, starts = np.unique(caption_image[order], return_index=True)
+        self.captions_of = np.split(order, starts[1:])  # image k's captions, in split order
+        if batch_size > len(self.images):
+            raise XmrError(f"train.batch_size: {batch_size} images per batch (train.batch_by: image), but the "
+                           f"training split has {len(self.images)} images")
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
+        n = len(self.images)
+        per_rank = -(-n // (batch_size * world_size))
+        self.num_batches = -(-n // batch_size) if world_size == 1 else per_rank * world_size
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.num_batches, self.world_size))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        perm = np.random.default_rng(self.seed).permutation(len(self.images))
+        if self.world_size > 1:
+            perm = np.resize(perm, self.num_batches * self.batch_size)  # wraps round
+        for b in range(self.rank, self.num_batches, self.world_size):
+            chosen = perm[b * self.batch_size:(b + 1) * self.batch_size]
+            yield [int(j) for k in chosen for j in self.captions_of[k]]
+
+
+def first_appearances(image_index: list[int]) -> tuple[list[int], list[int]]:
+    """(the distinct images of a batch's pairs in the order they first appear, each pair's row among them)."""
+    row: dict[int, int] = {}
+    rows = [row.setdefault(i, len(row)) for i in image_index]
+    return list(row), rows
+
+
+class ImageIndexedPairs(PairDataset):
+    """The pairs of an image-indexed batch with each image read once: ``__getitems__`` gives the batch's distinct
+    images (:func:`first_appearances` order) and every pair's caption, for :class:`ImageIndexedCollate`."""
+
+    def __getitems__(self, js: list[int]) -> RegionBatch:
+        images = [int(self.data.caption_image[j]) for j in js]
+        store_rows = [self.feature_row(i) for i in first_appearances(images)[0]]
+        items = [(None, None, *self._text(j), i, j) for i, j in zip(images, js)]
+        if isinstance(self.feats, ImageFiles):  # pixels where the features go; the collate renames them
+            return RegionBatch(torch.stack([self.feats[r] for r in store_rows]), None, items)
+        return RegionBatch(*read_regions(self.feats, store_rows, self.max_regions), items)
+
+
+class ImageIndexedCollate(PairCollate):
+    """:class:`~xmr.loaders.PairCollate`'s batch of an :class:`ImageIndexedPairs` batch: the image side holds
+    each image once; ``image_rows`` (one per pair) is the row of the pair's image in it."""
+
+    def __call__(self, items: RegionBatch) -> dict:
+        out = super().__call__(items)
+        if out["num_regions"] is None:  # image files (end to end)
+            out["images"] = out.pop("feats")
+            del out["num_regions"]
+        out["image_rows"] = torch.tensor(first_appearances(out["image_index"].tolist())[1])
+        return out
 
 
 @dataclass(frozen=True)
@@ -113,6 +188,14 @@ def positive_mask(image_index: torch.Tensor, labels: torch.Tensor | None, positi
 
 def check_batching(batching: Batching, data, name: str, dataset: str) -> None:
     """Fail before training when the batching options do not fit the dataset (errors name the run and dataset)."""
+    if batching.batch_by == "image":
+        if batching.sampler != "random":
+            raise XmrError(f"{name}: train.batch_by: image draws whole images, train.sampler: {batching.sampler} "
+                           f"draws pairs; use one of them (train.sampler: random with batch_by: image)")
+        if not batching.mask_same_image:
+            raise XmrError(f"{name}: train.batch_by: image puts every caption of an image in its batch, and "
+                           f"train.mask_same_image: false would make them negatives of their own image; set "
+                           f"train.mask_same_image: true")
     needs_labels = batching.sampler == "one_per_class" or batching.positives == "class"
     if needs_labels and data.image_labels is None:
         key = "train.sampler: one_per_class" if batching.sampler == "one_per_class" else "train.positives: class"

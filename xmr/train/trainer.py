@@ -47,8 +47,8 @@ from xmr.run_settings import Batching, RunSettings, TextInput, run_settings
 from xmr.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train import stopping
-from xmr.train.samplers import (CaptionTexts, OnePerClassBatchSampler, caption_texts, check_batching,
-                                 positive_mask)
+from xmr.train.samplers import (CaptionTexts, ImageBatchSampler, ImageIndexedCollate, ImageIndexedPairs,
+                                 OnePerClassBatchSampler, caption_texts, check_batching, positive_mask)
 from xmr.train.schedule import lr_factor
 from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
 
@@ -62,16 +62,29 @@ def _cpu_copy(state: dict) -> dict:
 
 class TrainForward(torch.nn.Module):
     """What the trainer (and DistributedDataParallel) calls: the image backbone, if any, then the method's own
-    ``forward`` on local features (methods that override ``forward`` train end to end unchanged)."""
+    ``forward`` on local features (methods that override ``forward`` train end to end unchanged).
+
+    ``image_rows`` (``train.batch_by: image``): the image side holds each of the batch's images once and
+    ``image_rows[p]`` is pair p's image among them. Each image is encoded once (one region drop, one set of
+    BatchNorm statistics over the batch's images, as DivE's code) and its outputs are repeated for each of its
+    captions, so the loss gets one row per pair as always. A method that defines its own ``forward`` (CODER: key
+    encoders and queues) gets each pair's copy of its image's features instead."""
 
     def __init__(self, model: RetrievalModel) -> None:
         super().__init__()
         self.model = model
 
     def forward(self, image_input: torch.Tensor, num_regions: torch.Tensor | None, text: dict,
-                image_index: torch.Tensor) -> dict[str, torch.Tensor]:
+                image_index: torch.Tensor, image_rows: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         feats, num_regions = self.model.image_local_features(image_input, num_regions)
-        return self.model(feats, num_regions, text, image_index)
+        if image_rows is None:
+            return self.model(feats, num_regions, text, image_index)
+        if type(self.model).forward is not RetrievalModel.forward:
+            return self.model(feats[image_rows], None if num_regions is None else num_regions[image_rows], text,
+                              image_index)
+        images = self.model.image_outputs(feats, num_regions)
+        per_pair = {k: v[image_rows] if torch.is_tensor(v) else v for k, v in images.items()}
+        return {**per_pair, **self.model.text_outputs(text)}
 
 
 def build_vocab_words(text: TextInput, train_split) -> list[str] | None:
@@ -139,9 +152,16 @@ def validate(model: RetrievalModel, settings: RunSettings, data, feats, device) 
     return evaluate_sims(sims, protocol="plain", captions_per_image=c), similarity_spread(sims, c)
 
 
-def _batch_sampler(batching: Batching, seed: int, data, epoch: int, ctx) -> OnePerClassBatchSampler:
-    return OnePerClassBatchSampler(data.caption_labels, batching.batch_size, seed=seed * 7919 + epoch,
-                                   rank=ctx.rank, world_size=ctx.world_size)
+def _batch_sampler(batching: Batching, seed: int, data, epoch: int,
+                   ctx) -> OnePerClassBatchSampler | ImageBatchSampler:
+    """The epoch's batch sampler (``train.batch_by: image`` or ``train.sampler: one_per_class``)."""
+    cls, groups = ((ImageBatchSampler, data.caption_image) if batching.batch_by == "image"
+                   else (OnePerClassBatchSampler, data.caption_labels))
+    return cls(groups, batching.batch_size, seed=seed * 7919 + epoch, rank=ctx.rank, world_size=ctx.world_size)
+
+
+def _batched_by_sampler(batching: Batching) -> bool:
+    return batching.batch_by == "image" or batching.sampler != "random"
 
 
 def _write_history(path: Path, rows: list[dict]) -> None:
@@ -184,9 +204,10 @@ class TrainStep:
         idx = batch["image_index"].to(device)
         cap = batch["caption_index"].to(device) if "caption_index" in batch else None
         x, nr = image_input(batch, device)
+        rows = batch["image_rows"].to(device) if "image_rows" in batch else None  # train.batch_by: image
         with torch.autocast(device.type, dtype=self.amp_dtype, enabled=self.use_amp):  # covers the backbone too
             # idx: dataset image indices, for methods with memory banks (CODER)
-            local = self.train_model(x, nr, _to(batch["text"], device), idx)
+            local = self.train_model(x, nr, _to(batch["text"], device), idx, rows)
             out = {**local, "img": local["img"].float(), "txt": local["txt"].float()}
             if batching.gather_negatives:  # one loss over the global batch (every process computes it)
                 # every tensor of the forward's output has one row per pair: embeddings, and the residuals,
@@ -395,10 +416,11 @@ def start_epochs(run: TrainRun, state: TrainState) -> None:
             tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
     settings = run.settings
     batching = settings.batching
-    run.dataset = PairDataset(run.train_data, run.train_feats, settings.image.max_regions)
+    pairs = ImageIndexedPairs if batching.batch_by == "image" else PairDataset
+    run.dataset = pairs(run.train_data, run.train_feats, settings.image.max_regions)
     bs = batching.batch_size
     run.steps_per_epoch = len(_batch_sampler(batching, settings.process.seed, run.train_data, 0, ctx)) \
-        if batching.sampler != "random" else math.ceil(len(run.dataset) / (bs * ctx.world_size))
+        if _batched_by_sampler(batching) else math.ceil(len(run.dataset) / (bs * ctx.world_size))
     run.sync_every = host_sync_every(run.device)
     run.stepper.check_finite = run.sync_every == 1
     run.stepper.plateau_drops = state.stopping["lr_drops"]
@@ -422,8 +444,8 @@ def epoch_loader(run: TrainRun, epoch: int) -> DataLoader:
     """The training pairs of ``epoch`` (its order a function of the seed and the epoch)."""
     ctx, device = run.ctx, run.device
     batching, seed = run.settings.batching, run.settings.process.seed
-    collate = PairCollate(run.model.text.collate, "train")
-    if batching.sampler != "random":
+    collate = (ImageIndexedCollate if batching.batch_by == "image" else PairCollate)(run.model.text.collate, "train")
+    if _batched_by_sampler(batching):
         return DataLoader(run.dataset, batch_sampler=_batch_sampler(batching, seed, run.train_data, epoch, ctx),
                           num_workers=batching.workers, collate_fn=collate, pin_memory=device.type == "cuda")
     bs = batching.batch_size
