@@ -72,14 +72,15 @@ def demo_jobs() -> list[list[list[str]]]:
              "--no-progress")
              for split in ("train", "val", "test")]
     test = ["test", "--run", "runs/synth/dvse", "--sims", "runs/synth/dvse/test_sims.npy", "--no-tracking"]
-    metrics = ["--metrics-out", "results/synth/{}.metrics.json"]
+    metrics = ["--metrics-out", "results/synth/{}.metrics.json", "--ranks-out", "results/synth/{}.ranks.npz"]
     return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], feats,
             [xmr("train", "--run", "runs/synth/dvse", "--no-progress", "--log", "logs/train/synth_dvse.log",
                  *NO_TRACKING)],
             [xmr("score", "--run", "runs/synth/dvse", "--out", "runs/synth/dvse/test_sims.npy", "--no-progress")],
-            [xmr(*test, "--out", "results/synth/dvse.json", metrics[0], metrics[1].format("dvse")),
+            [xmr(*test, "--out", "results/synth/dvse.json", metrics[0], metrics[1].format("dvse"), metrics[2],
+                 metrics[3].format("dvse")),
              xmr(*test, "--rerank", "fr", "--out", "results/synth/dvse_fr.json", metrics[0],
-                 metrics[1].format("dvse_fr"))]]
+                 metrics[1].format("dvse_fr"), metrics[2], metrics[3].format("dvse_fr"))]]
 
 
 class Session:

@@ -179,13 +179,63 @@ def xmr_env(**extra: str) -> dict[str, str]:
 
 def run_xmr(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None, timeout: float = 600,
             check: bool = False) -> subprocess.CompletedProcess:
-    """``python -m xmr ARGS`` in a subprocess (the one helper every CLI test uses); ``env`` defaults to
-    :func:`xmr_env`; ``check``: the command must succeed (its output is shown when it does not)."""
+    """``xmr ARGS`` as a user types it, run in this process (:func:`xmr_in_process`: the same argument parsing,
+    output and exit status, without a new interpreter importing torch and MLflow each time); with ``env`` (fault
+    injection, plugins) in a subprocess (:func:`run_xmr_process`). ``check``: the command must succeed."""
+    if env is not None:
+        return run_xmr_process(*args, cwd=cwd, env=env, timeout=timeout, check=check)
+    r = xmr_in_process(*args, cwd=cwd)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def run_xmr_process(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+                    timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+    """``python -m xmr ARGS`` in a subprocess, for the tests where the process is the point (signals, locks, what
+    a fresh interpreter imports, fault injection through the environment); ``env`` defaults to :func:`xmr_env`."""
     r = subprocess.run([sys.executable, "-m", "xmr", *map(str, args)], cwd=cwd, env=env or xmr_env(),
                        capture_output=True, text=True, timeout=timeout)
     if check:
         assert r.returncode == 0, r.stdout + r.stderr
     return r
+
+
+def xmr_in_process(*args, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``xmr.cli.main(ARGS)`` here, as the entry point runs it: stdout and stderr captured, the exit status returned
+    (argparse's exits, a crash's traceback and status 1 as the interpreter would give them). What a command changes
+    in the process (working folder, environment, torch's threads) is put back."""
+    import contextlib
+    import io
+    import traceback
+
+    from xmr import cli
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    here, environ = os.getcwd(), dict(os.environ)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = cli.main(argv)
+            except SystemExit as e:  # argparse: --help (0), a usage error (2)
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - as the interpreter reports an uncaught exception
+                traceback.print_exc()
+                rc = 1
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(environ)
+        if threads is not None or "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(threads or 1)
+    return subprocess.CompletedProcess(["xmr", *argv], rc, out.getvalue(), err.getvalue())
 
 
 def run_xmr_imports(*args, cwd: str | os.PathLike | None = None) -> tuple[subprocess.CompletedProcess, set[str]]:

@@ -231,7 +231,7 @@ def _toy_bench_and_experiment(tmp_path: Path, variants: dict, seeds=(0, 1)) -> P
     cfg = toy_config(tmp_path)
     (cfg / "benchmark").mkdir()
     (cfg / "benchmark" / "bench.yaml").write_text(yaml.safe_dump({
-        "name": "bench", "dataset": "toy", "seeds": list(seeds), "rerank": ["none"],
+        "name": "bench", "dataset": "toy", "seeds": list(seeds), "rerank": ["none"], "smallest_effect": {"rsum": 5.0},
         "overrides": {"train.threads": 1},
         "variants": {"plain": {"recipe": "a"}, "margin": {"recipe": "a", "set": {"loss.margin": 0.1}}}},
         sort_keys=False))
