@@ -32,7 +32,7 @@ venv: $(BIN)/xmr
 demo: venv
 	@start=$$(date +%s); \
 	$(BIN)/snakemake --cores $(CORES) $(DEMO_TARGET) && \
-	$(BIN)/xmr show $(DEMO_TARGET) && \
+	$(BIN)/xmr show $(DEMO_TARGET) --expect README.md#demo-synth && \
 	echo "demo finished in $$(( $$(date +%s) - start )) s"
 
 # two pytest-xdist workers, one file each at a time (module fixtures built once); tests/conftest.py gives each

@@ -330,3 +330,29 @@ def test_ranks_out_writes_the_per_query_ranks_behind_the_recalls(tiny_synth_run,
             for k in (1, 5, 10):
                 assert 100 * np.mean(ranks[f"{rerank}/{d}"] < k) == pytest.approx(doc[rerank][d][f"r{k}"], abs=1e-3)
     assert not any(k.startswith("query_ranks") for k in doc["none"])  # the arrays are not in the JSON
+
+
+def test_show_expect_checks_each_rsum_against_a_readme_section(tiny_synth_run, tmp_path):
+    """`xmr show R.json --expect README.md#demo-synth` (what `make demo` runs): within --rsum-tolerance of the
+    section's row of the same dataset and target it says by how much; further, one line naming the target and both
+    values, exit 2; a README without the section is named."""
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "S.npy", rng.random((12, 60), dtype=np.float32))
+    run_xmr("test", "--run", tiny_synth_run, "--sims", tmp_path / "S.npy", "--no-tracking",
+            "--out", tmp_path / "dvse_docs.json", check=True)
+    rsum = json.loads((tmp_path / "dvse_docs.json").read_text())["rsum"]
+    readme = tmp_path / "README.md"
+
+    def write(value: float) -> None:
+        readme.write_text("intro\n<!-- xmr:demo-synth -->\n| dataset | target | RSUM |\n|---|---|---|\n"
+                          f"| synth | dvse_docs | {value:.1f} |\n<!-- /xmr:demo-synth -->\n")
+
+    write(rsum + 5.0)
+    r = run_xmr("show", tmp_path / "dvse_docs.json", "--expect", f"{readme}#demo-synth", check=True)
+    assert r.stdout.splitlines()[-1] == f"RSUM within ±8 of {readme}#demo-synth: dvse_docs {rsum:.1f} (-5.0)"
+    r = run_xmr("show", tmp_path / "dvse_docs.json", "--expect", f"{readme}#demo-synth", "--rsum-tolerance", "4")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"xmr show: error: dvse_docs: RSUM {rsum:.1f} is -5.0 from {readme}#demo-synth's {rsum + 5:.1f}, beyond the "
+        f"±4 that CPUs differ by; the table is stale or this run went wrong")
+    r = run_xmr("show", tmp_path / "dvse_docs.json", "--expect", f"{readme}#demo-other")
+    assert r.returncode == 2 and "expected one section 'demo-other'" in r.stderr

@@ -14,6 +14,12 @@ def add_arguments(p):
                    "of runs (runs/synth/, runs/: one row per run)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
+    p.add_argument("--expect", metavar="FILE#SECTION",
+                   help="compare each row's RSUM with the table of a generated section of FILE (README.md#demo-synth, "
+                        "what `make demo` checks); a row further than --rsum-tolerance is an error")
+    p.add_argument("--rsum-tolerance", type=float, default=8.0,
+                   help="with --expect: how far an RSUM may be (default 8: what the demo's RSUMs differ by across the "
+                        "CPUs measured, docs/benchmarks.md)")
 
 
 def _is_results_file(path) -> bool:
@@ -89,6 +95,15 @@ def run(args):
         parts.append(table([run_row(r) for r in below], RUNS_COLUMNS))
     text = "\n".join(parts)
     print(text, end="")
+    if args.expect:
+        from xmr.errors import XmrError
+        from xmr.report.readme import check_rsums, read_section, table_rsums
+
+        readme, _, section = args.expect.partition("#")
+        if not section or not results:
+            raise XmrError(f"--expect {args.expect}: give FILE#SECTION (README.md#demo-synth) and results files")
+        expected = table_rsums(read_section(readme, section), f"{readme}#{section}")
+        print(check_rsums(result_rows(expand_folders(results)), expected, args.rsum_tolerance, f"{readme}#{section}"))
     if args.out:
         from xmr.io import atomic_path
 

@@ -32,6 +32,50 @@ def replace_section(text: str, name: str, body: str) -> str:
     return pattern.sub(lambda _: f"{begin}\n{body.rstrip()}\n{end}", text)
 
 
+def read_section(readme: str | os.PathLike, name: str) -> str:
+    """The body between section ``name``'s markers in ``readme`` (one line naming the file when it has none)."""
+    begin, end = markers(name)
+    text = Path(readme).read_text()
+    found = re.findall(re.escape(begin) + r"\n(.*?)" + re.escape(end), text, flags=re.S)
+    if len(found) != 1:
+        raise XmrError(f"{readme}: expected one section {name!r} ('{begin}' ... '{end}'), found {len(found)}")
+    return found[0]
+
+
+def table_rsums(body: str, source: str = "table") -> dict[tuple[str, str], float]:
+    """``{(dataset, target): RSUM}`` of a Markdown table with ``dataset``, ``target`` and ``RSUM`` columns."""
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip().startswith("|")]
+    if len(lines) < 2:
+        raise XmrError(f"{source}: no Markdown table")
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    missing = [c for c in ("dataset", "target", "RSUM") if c not in head]
+    if missing:
+        raise XmrError(f"{source}: the table has no column {', '.join(missing)}")
+    out = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        row = dict(zip(head, cells))
+        out[(row["dataset"], row["target"])] = float(row["RSUM"])
+    return out
+
+
+def check_rsums(rows: list[dict], expected: dict[tuple[str, str], float], tolerance: float,
+                source: str) -> str:
+    """One line saying how far each row's RSUM is from ``expected``'s (within ``tolerance``); an error naming the
+    first row that is further, or that ``expected`` lacks."""
+    parts = []
+    for r in rows:
+        key = (r["dataset"], r["target"])
+        if key not in expected:
+            raise XmrError(f"{source}: no row for {key[0]} / {key[1]} to compare with; regenerate it")
+        gap = float(r["RSUM"]) - expected[key]
+        if abs(gap) > tolerance:
+            raise XmrError(f"{key[1]}: RSUM {r['RSUM']:.1f} is {gap:+.1f} from {source}'s {expected[key]:.1f}, "
+                           f"beyond the ±{tolerance:g} that CPUs differ by; the table is stale or this run went wrong")
+        parts.append(f"{key[1]} {r['RSUM']:.1f} ({gap:+.1f})")
+    return f"RSUM within ±{tolerance:g} of {source}: " + ", ".join(parts)
+
+
 def figure_name(section: str, png: str | os.PathLike) -> str:
     """File name of a section's copied figure: the section, then the source's name (``results-synth_benchmark.png``)."""
     return f"{section}_{Path(png).name}"
