@@ -499,7 +499,7 @@ def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict
     return {"claim": c["claim"], "source": c["source"], "family": c["family"], "better": c["better"],
             "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": nan, "better_std": nan,
             "worse_mean": nan, "worse_std": nan, "diff": nan, "se": nan, "n": 0, "t": nan, "df": nan, "p": nan,
-            "paired": paired, "verdict": why}
+            "paired": paired, "verdict": why, "differs": "", "differs_keys": ""}
 
 
 def ranks_path(result_path: str | os.PathLike) -> Path:
@@ -563,16 +563,18 @@ def judge_claims(bench: Benchmark, records: list[dict], differences: dict[int, l
         bv, br = _side(c["better"])
         wv, wr = _side(c["worse"])
         subset, metric = c["subset"], c["metric"]
+        declared = {"differs": differs_text(differences.get(i, [])),
+                    "differs_keys": differs_text(differences.get(i, []), values=False)}
         b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
         if metric in SET_METRICS:  # runs without set statistics (a single-embedding method, an older results file)
             measured = {v: {s: x for s, x in side.items() if math.isfinite(x)} for v, side in (("b", b), ("w", w))}
             if (b and w) and not (measured["b"] and measured["w"]):
-                rows.append(_unjudged(c, subset, metric, bv == wv, "not measured"))
+                rows.append({**_unjudged(c, subset, metric, bv == wv, "not measured"), **declared})
                 continue
             b, w = measured["b"], measured["w"]
         if not b or not w:
             if any(r["subset"] == subset for r in records):  # the subset exists: these runs are missing
-                rows.append(_unjudged(c, subset, metric, bv == wv, "not run"))
+                rows.append({**_unjudged(c, subset, metric, bv == wv, "not run"), **declared})
                 continue
             raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
                            f"define that evaluation subset?")
@@ -586,8 +588,7 @@ def judge_claims(bench: Benchmark, records: list[dict], differences: dict[int, l
                "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs,
                "worse_mean": wm, "worse_std": ws, **cmp, "ci_low": lo, "ci_high": hi, "paired": paired,
                "smallest_effect": sesoi, "p_equivalence": equivalence_p(cmp["diff"], cmp["se"], cmp["df"], sesoi),
-               "differs": differs_text(differences.get(i, [])),
-               "differs_keys": differs_text(differences.get(i, []), values=False)}
+               **declared}
         if paired and metric in QUERY_CUTOFFS:
             seeds = sorted(set(b) & set(w))
             row.update({f"query_{k}": v for k, v in query_level(bench, c, seeds, results_root).items()})
