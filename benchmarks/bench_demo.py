@@ -7,7 +7,7 @@ Each run clones this repository's HEAD into a temporary folder and runs ``make d
 closed), as a new user would. Creating ``.venv/`` is timed apart from the pipeline. The clone's Snakemake log gives
 each job's start and end, and its training log gives the epochs' seconds. The CPU's model name and its AVX-512/AVX2
 flags are printed with the figures. Targets: the pipeline in <= 120 s, and each RSUM within the README's cross-CPU
-tolerance (3.0) of the README's table. Standard library only: it runs before any ``.venv/`` exists. A clone's
+tolerance (8) of the README's table. Standard library only: it runs before any ``.venv/`` exists. A clone's
 ``.venv/`` is ~7 GB, so each clone is removed after its run unless ``--keep``.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 120.0
-RSUM_TOLERANCE = 3.0  # the README's stated cross-CPU tolerance (tests/test_reproducibility.py)
+RSUM_TOLERANCE = 8.0  # the README's cross-CPU tolerance: the gap measured between three CPU kinds (7.4)
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 
 
