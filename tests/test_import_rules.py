@@ -1,5 +1,7 @@
 """Directions of dependency inside the package, read from the source with ast (every import statement, module level
-or inside a function): the library never reaches into the workflow or the trainer, and has no import cycle."""
+or inside a function): each part of xmr/ (a package, or one of the three modules beside them) is on one floor of
+docs/architecture.md and imports only its floor and those below; the library never reaches into the workflow or the
+trainer, and has no import cycle."""
 
 from __future__ import annotations
 
@@ -191,6 +193,12 @@ def floor_table() -> dict[str, int]:
 
 def test_the_floor_table_of_the_docs_is_the_one_enforced():
     assert floor_table() == FLOORS
+
+
+def test_the_architecture_names_only_paths_that_exist():
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    named = {p.rstrip(".") for p in re.findall(r"`(xmr/[\w/.]*)", text)}  # up to a placeholder: xmr/methods/<name>.py
+    assert sorted(p for p in named if not (PKG.parent / p).exists()) == []
 
 
 def test_every_module_imports_only_its_floor_and_below():
