@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xmr.evaluation import evaluate_sims  # noqa: E402
 from xmr.evaluation.ranks import grouped_ranks  # noqa: E402
-from xmr.similarity import compute_similarity  # noqa: E402
+from xmr.similarity.measures import compute_similarity  # noqa: E402
 
 
 # -- memory -------------------------------------------------------------------------------------------------------

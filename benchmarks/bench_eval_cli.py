@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(["# cProfile of the default CLI, by own time:", *top]), flush=True)
         if args.only_pairs:
             return finish(res, args)
-        from xmr.reproducibility import PORTABLE_CPU_ENV
+        from xmr.core.reproducibility import PORTABLE_CPU_ENV
 
         res["torch_gemm_pinned"] = gemm_child("torch", files, base | PORTABLE_CPU_ENV)
         res["torch_gemm_native"] = gemm_child("torch", files, base)

@@ -33,12 +33,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xmr.config import load_backbone_config  # noqa: E402
+from xmr.config.loader import load_backbone_config  # noqa: E402
+from xmr.core.utils import tune_cpu_allocator  # noqa: E402
+from xmr.core.utils import resolve_device  # noqa: E402
 from xmr.data import load_split  # noqa: E402
 from xmr.features.backbones import build_backbone  # noqa: E402
 from xmr.features.extract import extract_features  # noqa: E402
-from xmr.utils import tune_cpu_allocator  # noqa: E402
-from xmr.utils import resolve_device  # noqa: E402
 
 
 def make_images(folder: Path, n: int, size: tuple[int, int], seed: int = 0) -> Path:

@@ -61,7 +61,7 @@ def loader_rate(split, feats, workers: int, batches: int, batch_size: int = 128,
     import torch
     from torch.utils.data import DataLoader
 
-    from xmr.loaders import PairCollate, PairDataset
+    from xmr.inference.loaders import PairCollate, PairDataset
 
     class PerItem(PairDataset):
         __getitems__ = None  # DataLoader then fetches item by item (the loader before batched reads)
@@ -93,11 +93,11 @@ def vse_inf_model(vocab_words: list[str]):
     """The VSE∞ COCO recipe's model, optimizer and the trainer's step, on the CPU."""
     import torch
 
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
-    from xmr.inference import model_from_config
-    from xmr.run_settings import run_settings
-    from xmr.utils import seed_everything
+    from xmr.inference.model import model_from_config
+    from xmr.settings.run_settings import run_settings
+    from xmr.core.utils import seed_everything
 
     cfg = load_run_config(str(ROOT / "config" / "recipes" / "coco" / "vse_inf.yaml"), [])
     seed_everything(0)
@@ -114,7 +114,7 @@ def step_rate(split, feats, model, cfg, step, batches: int) -> dict:
     import torch
     from torch.utils.data import DataLoader
 
-    from xmr.loaders import PairCollate, PairDataset
+    from xmr.inference.loaders import PairCollate, PairDataset
 
     loader = DataLoader(PairDataset(split, feats, 36), batch_size=128, shuffle=True,
                         generator=torch.Generator().manual_seed(1), collate_fn=PairCollate(model.text.collate, "train"))
@@ -137,8 +137,8 @@ def eval_5k(split, feats, model, cfg) -> dict:
     import torch
 
     from xmr.evaluation import evaluate_sims
-    from xmr.inference import encode_split_of
-    from xmr.run_settings import run_settings
+    from xmr.inference.model import encode_split_of
+    from xmr.settings.run_settings import run_settings
 
     t0 = time.perf_counter()
     img, cap = encode_split_of(model, run_settings(cfg), split, feats, torch.device("cpu"))

@@ -39,7 +39,7 @@ def timed_child(cmd: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from xmr.layout import gallery_cache_file
+    from xmr.run.layout import gallery_cache_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="runs/synth/dvse")

@@ -7,7 +7,7 @@ process, on the same data, shapes and dtype. Target: xmr no slower than the refe
 
 Variants (all on the same seeded random batches, cycled; warm-up steps excluded):
 
-- ``xmr``: the model from ``--config`` (default ``config/recipes/coco/vse_inf.yaml``, through ``xmr.config`` and
+- ``xmr``: the model from ``--config`` (default ``config/recipes/coco/vse_inf.yaml``, through ``xmr.config.loader`` and
   ``METHODS``) and the trainer's own step (``TrainStep`` in ``xmr/train/trainer.py``): lr schedule, both encoders in one
   forward under autocast, ``compute_loss`` (hardest negative, as after the warm-up epoch), finiteness check,
   backward, ``clip_grad_norm_`` 2.0, AdamW step, ``loss.item()``. VSE∞'s training augmentations (region drop 0.2,
@@ -51,15 +51,15 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from xmr.run_config import load_run_config  # noqa: E402
-from xmr.errors import XmrError  # noqa: E402
-from xmr.reproducibility import use_deterministic_algorithms  # noqa: E402
+from xmr.run.config import load_run_config  # noqa: E402
+from xmr.core.errors import XmrError  # noqa: E402
+from xmr.core.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
-from xmr.loaders import PairCollate  # noqa: E402
+from xmr.inference.loaders import PairCollate  # noqa: E402
 from xmr.train.trainer import TrainForward, TrainStep, build_optimizer, host_sync_every  # noqa: E402
-from xmr.inference import model_from_config
-from xmr.run_settings import run_settings
-from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
+from xmr.inference.model import model_from_config
+from xmr.settings.run_settings import run_settings
+from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
 VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")
 DEFAULT_VARIANTS = VARIANTS[:3]

@@ -1,6 +1,6 @@
 """Are CPU results tied to the instruction set? Runs the same EfficientNet-Lite0 forward, BiGRU and matmul in
 subprocesses with torch's kernels pinned to AVX2 (what `XMR_PORTABLE_CPU=1` asks of every `xmr` command,
-xmr/reproducibility.py) and with the machine's native kernels (the default), and prints a digest of each output.
+xmr/core/reproducibility.py) and with the machine's native kernels (the default), and prints a digest of each output.
 On an AVX-512 machine the native digests differ from the pinned ones wherever a kernel has an AVX-512 variant;
 pinned runs match any AVX2 machine.
 
@@ -16,7 +16,7 @@ import sys
 
 CHILD = r'''
 import hashlib, torch
-from xmr.config import load_backbone_config
+from xmr.config.loader import load_backbone_config
 from xmr.features.backbones import build_backbone
 torch.manual_seed(0)
 net = build_backbone(load_backbone_config("efficientnet_lite0_128", "config"))
@@ -30,7 +30,7 @@ print(torch.backends.cpu.get_cpu_capability(), digest(feats), digest(gru), diges
 
 
 def run(env: dict[str, str]) -> list[str]:
-    from xmr.reproducibility import PORTABLE_CPU_ENV
+    from xmr.core.reproducibility import PORTABLE_CPU_ENV
 
     base = {k: v for k, v in os.environ.items() if k not in PORTABLE_CPU_ENV}  # the child decides
     out = subprocess.run([sys.executable, "-c", CHILD], env={**base, **env}, capture_output=True, text=True,
@@ -40,7 +40,7 @@ def run(env: dict[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
-    from xmr.reproducibility import PORTABLE_CPU_ENV
+    from xmr.core.reproducibility import PORTABLE_CPU_ENV
 
     pinned = run({**PORTABLE_CPU_ENV, "XMR_PORTABLE_CPU": "1"})
     native = run({})

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xmr.evaluation import evaluate_sims  # noqa: E402
-from xmr.similarity import compute_similarity, similarity_to_numpy  # noqa: E402
+from xmr.similarity.measures import compute_similarity, similarity_to_numpy  # noqa: E402
 
 RERANKERS = (None, "fr", "rr", "mr", "isoftmax", "dsl", "csls", "qbnorm")
 CHEAP_RERANKERS = (None, "fr", "csls")  # for the 5000 x 25000 protocols

@@ -44,7 +44,7 @@ def build_toy_set(root: Path, python: str, pythonpath: Path) -> None:
     code = f"""
 import yaml
 from pathlib import Path
-from xmr.config import load_backbone_config, load_dataset_config
+from xmr.config.loader import load_backbone_config, load_dataset_config
 from xmr.data import load_split
 from xmr.data.synth import generate_synth
 from xmr.features.extract import extract_features

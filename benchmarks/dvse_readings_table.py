@@ -25,10 +25,10 @@ def main() -> None:
     p.add_argument("--experiment", default="config/experiments/dvse_readings.yaml")
     p.add_argument("--tolerance", type=float, default=5.1, help="RSUM within this of the best (the fixed rule)")
     args = p.parse_args()
-    from xmr.config import load_yaml
-    from xmr.gallery_cache import read_set_statistics
-    from xmr.run_settings import run_settings
-    from xmr.experiments import load_experiment
+    from xmr.config.loader import load_yaml
+    from xmr.run.gallery_cache import read_set_statistics
+    from xmr.settings.run_settings import run_settings
+    from xmr.studies.experiments import load_experiment
 
     exp = load_experiment(args.experiment)
     rows = []

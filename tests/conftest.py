@@ -54,7 +54,7 @@ class TinySynth:
     def recipe(self, method: str, name: str | None = None, **sections) -> Path:
         """Write a recipe extending the repo's config/methods/{method}.yaml with tiny sizes; returns its path.
         ``sections`` deep-override (e.g. ``model={"embed_dim": 32}``, ``train={"epochs": 2}``)."""
-        from xmr.config import deep_merge
+        from xmr.config.loader import deep_merge
 
         method_file = REPO / "config" / "methods" / f"{method}.yaml"
         base = {  # a plugin's method has no method file: its schema holds every default
@@ -100,7 +100,7 @@ def remove_unless_failed(session: pytest.Session, failed_before: int, paths: lis
 
 @pytest.fixture(scope="session")
 def tiny_synth(tmp_path_factory) -> TinySynth:
-    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.config.loader import load_backbone_config, load_dataset_config
     from xmr.data import load_split
     from xmr.data.synth import generate_synth
     from xmr.features.extract import extract_features

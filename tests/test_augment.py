@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.models.augment import augment_token_ids, drop_regions, region_keep_mask
 from xmr.train.trainer import train
 

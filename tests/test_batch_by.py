@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.losses.triplet import triplet_loss
 from xmr.train.samplers import ImageBatchSampler, first_appearances, positive_mask
 
@@ -91,8 +91,8 @@ def test_the_loss_of_an_image_batch_masks_an_images_own_captions():
 
 
 def test_image_batches_need_same_image_positives_and_random_sampling():
-    from xmr.run_config import load_run_config
-    from xmr.run_settings import run_settings
+    from xmr.run.config import load_run_config
+    from xmr.settings.run_settings import run_settings
     from xmr.train.samplers import check_batching
 
     cfg = load_run_config(REPO / "config/recipes/synth/vsepp.yaml", ["train.batch_by=image",
@@ -107,8 +107,8 @@ def test_image_batches_need_same_image_positives_and_random_sampling():
 
 
 def _tiny(tiny_synth, method: str, **sections):
-    from xmr.inference import model_from_config
-    from xmr.run_config import load_run_config
+    from xmr.inference.model import model_from_config
+    from xmr.run.config import load_run_config
     from xmr.text.vocab import SPECIALS
 
     cfg = load_run_config(tiny_synth.recipe(method, name=f"{method}_by_image", text={"word_vectors": None,
@@ -145,7 +145,7 @@ def test_each_image_is_encoded_once_for_all_of_its_captions(tiny_synth):
 def test_an_image_indexed_epoch_loads_each_image_once_with_all_of_its_captions(tiny_synth, tmp_path):
     """The trainer's own loader of an image-indexed epoch on the tiny synthetic set (48 images, 5 captions each):
     16 images a batch, 80 pairs, each image's features once; every image in one batch of the epoch."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train import distributed as dist
     from xmr.train.trainer import TrainState, epoch_loader, set_up, start_epochs
 
@@ -172,9 +172,9 @@ def test_an_image_indexed_epoch_loads_each_image_once_with_all_of_its_captions(t
 def test_an_end_to_end_image_batch_carries_each_images_pixels_once(tiny_synth):
     """features.source: images: the batch's pixels once per image (``images``, no region counts), each pair's
     ``image_rows`` pointing at its image's, every caption there."""
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data import load_split
-    from xmr.loaders import ImageFiles
+    from xmr.inference.loaders import ImageFiles
     from xmr.train.samplers import ImageIndexedCollate, ImageIndexedPairs
 
     data = load_split(load_dataset_config("synth", tiny_synth.config_dir), "train")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import yaml
 
-from xmr.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.studies.benchmark import compare, holm, load_benchmark, mean_std, verdict, write_benchmark
 
 from conftest import REPO, run_xmr, toy_config
 
@@ -333,7 +333,7 @@ def test_an_undeclared_difference_is_refused_by_the_command_and_a_declared_one_i
 
 
 def test_the_shipped_benchmarks_compare_runs_trained_alike():
-    from xmr.benchmark import benchmark_names, check_trained_alike
+    from xmr.studies.benchmark import benchmark_names, check_trained_alike
 
     for name in benchmark_names():
         check_trained_alike(load_benchmark(name))  # raises on a claim whose sides train differently
@@ -445,8 +445,8 @@ def test_cluster_bootstrap_matches_the_analytic_standard_error():
 def test_query_differences_add_up_to_the_metric_difference():
     """Per image cluster (image + its 2 captions), the contributions sum to RSUM(better) - RSUM(worse) of the two
     rank sets (recall_metrics); a subset keeps its own clusters and its own denominators."""
-    from xmr.benchmark import query_differences
     from xmr.evaluation.metrics import recall_metrics, rsum
+    from xmr.studies.benchmark import query_differences
 
     rng = np.random.default_rng(2)
     n, c = 6, 2

@@ -1,13 +1,13 @@
 """The benchmark must tell a broken method from a working one: each deliberate break (captions paired with the wrong
 images, a sign flip in the ranking loss, an image feature store of zeros) must drop test RSUM by more than two
-standard errors of the difference over 3 seeds (the benchmark's own verdict rule, xmr.benchmark.verdict)."""
+standard errors of the difference over 3 seeds (the benchmark's own verdict rule, xmr.studies.benchmark.verdict)."""
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from xmr.benchmark import compare, verdict
+from xmr.studies.benchmark import compare, verdict
 
 SEEDS = (0, 1, 2)
 REPO_METHODS = __import__("pathlib").Path(__file__).resolve().parents[1] / "config" / "methods"
@@ -16,7 +16,7 @@ REPO_METHODS = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf
 @pytest.fixture(scope="module")
 def small_synth(module_tmp):
     """synth v2 at 64 px: 360 training, 40 validation and 100 test images with EfficientNet-Lite0 features."""
-    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.config.loader import load_backbone_config, load_dataset_config
     from xmr.data import load_split
     from xmr.data.synth import generate_synth
     from xmr.features.extract import extract_features
@@ -41,10 +41,10 @@ def small_synth(module_tmp):
 
 def train_and_test(root, seed: int, monkeypatch=None) -> float:
     """VSE++ (its paper's hardest-negative loss) for 6 short epochs; test RSUM."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.evaluation import evaluate_sims
     from xmr.train.trainer import train
-    from xmr.inference import score_split
+    from xmr.inference.model import score_split
 
     recipe = root / "config" / "recipes" / "synth" / "vsepp.yaml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def test_sign_flip_in_the_ranking_loss_is_detected(small_synth, working, monkeyp
 
 
 def test_a_feature_store_of_zeros_is_detected(small_synth, working, monkeypatch):
-    import xmr.loaders as data
+    import xmr.inference.loaders as data
 
     real = data.read_regions
     monkeypatch.setattr(data, "read_regions", lambda feats, idx, m: (torch.zeros_like(real(feats, idx, m)[0]),

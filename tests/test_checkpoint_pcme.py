@@ -12,7 +12,7 @@ import torch
 from tests.fixtures.checkpoints.seeded import WORDS, imported_run_config, seeded_images, seeded_state
 from tests.test_checkpoint_pvse import feature_regions
 from xmr.checkpoints.pcme import read_pcme
-from xmr.inference import model_from_config
+from xmr.inference.model import model_from_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pcme"
 RECIPE = "recipes/coco/pcme.yaml"
@@ -105,7 +105,7 @@ def test_pcme_full_image_resnet152_gives_the_reference_outputs(tmp_path, one_thr
 def _error(src: Path, options: dict | None = None, vocab: Path | None = None) -> str:
     import pytest
 
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     with pytest.raises(XmrError) as e:
         read_pcme(src, vocab, {"image_input": "features", **(options or {})})

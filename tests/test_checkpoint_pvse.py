@@ -12,9 +12,9 @@ import torch
 
 from tests.fixtures.checkpoints.seeded import imported_run_config, seeded_images, seeded_state
 from xmr.checkpoints.pvse import read_pvse
-from xmr.errors import XmrError
-from xmr.inference import model_from_config
-from xmr.run_settings import run_settings
+from xmr.core.errors import XmrError
+from xmr.inference.model import model_from_config
+from xmr.settings.run_settings import run_settings
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "checkpoints" / "pvse"
 VOCAB = FIX / "vocab.pkl"

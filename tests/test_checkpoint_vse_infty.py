@@ -20,8 +20,8 @@ import xmr
 from xmr.checkpoints.base import rename_keys
 from xmr.checkpoints.importer import import_checkpoint
 from xmr.checkpoints.vse_infty import BIGRU_RULES, REGION_RULES, read_scan_vocab, xmr_word_order
-from xmr.inference import load_trained
-from xmr.run_settings import run_settings
+from xmr.inference.model import load_trained
+from xmr.settings.run_settings import run_settings
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "checkpoints" / "vse_infty"
@@ -49,7 +49,7 @@ def _images():
 
 
 def test_run_directory_is_an_ordinary_run(run_dir):
-    from xmr.checkpoint_files import BEST_KEYS
+    from xmr.run.checkpoint_files import BEST_KEYS
 
     ck = torch.load(run_dir / "best.pt", weights_only=True)
     assert set(ck) == set(BEST_KEYS)
@@ -124,7 +124,7 @@ def test_one_training_step_equals_the_reference(run_dir, mode):
     cfg["train"]["mask_same_image"] = False
     cfg["model"].update(size_augment={"mode": "none", "p": 0.0}, text_augment=0.0)
     ck = torch.load(run_dir / "best.pt", weights_only=True)
-    model = xmr.inference.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])
+    model = xmr.inference.model.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])
     model.load_state_dict(ck["model"])
     model.train()
     optimizer = build_optimizer(model, cfg["optim"])
@@ -197,7 +197,7 @@ def test_training_vocabulary_follows_the_tokenizer():
     import dataclasses
     from types import SimpleNamespace
 
-    from xmr.run_settings import TextInput
+    from xmr.settings.run_settings import TextInput
     from xmr.train.trainer import build_vocab_words
 
     split = SimpleNamespace(captions=["A man's dog isn't here."], tokens=[["a", "man", "s", "dog", "isn", "t", "here"]])

@@ -22,7 +22,7 @@ import torch
 import xmr
 from tests.conftest import remove_unless_failed, run_xmr
 from tests.fixtures.checkpoints.seeded import seeded_tensor
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 REPO = Path(__file__).resolve().parents[1]
 CK = REPO / "tests" / "fixtures" / "checkpoints"
@@ -89,7 +89,7 @@ def test_grid_model_gives_the_reference_embeddings_from_image_files(imported, on
 @pytest.mark.slow
 def test_the_file_decides_the_image_side(imported):
     name, out = imported
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     cfg = load_yaml(out / "config.yaml")
     assert cfg["features"]["source"] == "images" and cfg["features"]["backbone"] == MODELS[name][1]
@@ -108,10 +108,10 @@ def test_resize_and_normalisation_equal_the_reference(name):
     minus the Caffe means, or ImageNet mean/std). Shrinking (grey 150 x 130, made 3-channel) and enlarging (50 x 40).
     Tolerance: float error of the same weights computed in another order (exact at these sizes when written;
     1e-3 grey levels allowed, i.e. 4e-6 of the range)."""
+    from xmr.core.registry import import_submodules
     from xmr.features.backbones import BACKBONES
     from xmr.features.decode import read_image
     from xmr.features.extract import normalise
-    from xmr.registry import import_submodules
 
     import_submodules("xmr.features.backbones")
     backbone = BACKBONES.get("caffe_resnet101" if name.startswith("butd") else "resnext101_32x8d")

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from xmr.checkpoints.importer import import_checkpoint
-from xmr.errors import XmrError
-from xmr.inference import load_trained
+from xmr.core.errors import XmrError
+from xmr.inference.model import load_trained
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "checkpoints" / "vsepp"

@@ -105,7 +105,7 @@ def test_vgg19_full_image_model_with_old_classifier_names_equals_the_reference(t
 ])
 def test_full_image_files_that_are_not_the_released_variants_are_one_line_errors(keys, opt, message):
     from xmr.checkpoints.vsepp_full import read_full_image
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     src = Path("runs/coco_vse++_x/model_best.pth.tar")
     with pytest.raises(XmrError) as e:

@@ -231,7 +231,7 @@ def test_compute_similarity_numpy_in_numpy_out():
     reach -40, where one ulp is 4e-6; the BLAS kernels a CPU picks round such sums differently)."""
     import torch
 
-    from xmr.similarity import compute_similarity
+    from xmr.similarity.measures import compute_similarity
 
     rng = np.random.default_rng(7)
     imgs = rng.standard_normal((7, 3, 16)).astype(np.float32)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_direction, dcl_loss, diversity
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
 from xmr.methods.coder import concept_adjacency, cooccurrence, select_concepts

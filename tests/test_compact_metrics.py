@@ -1,13 +1,13 @@
-"""The compact metrics file DVC shows (xmr.results.compact_metrics via `xmr test --metrics-out`): exactly R@1/5/10
+"""The compact metrics file DVC shows (xmr.run.results.compact_metrics via `xmr test --metrics-out`): exactly R@1/5/10
 both directions and RSUM per protocol and subset, each value the full results JSON's own."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from xmr.core.io import read_json
 from xmr.evaluation import evaluate_sims
-from xmr.io import read_json
-from xmr.results import compact_metrics, write_results
+from xmr.run.results import compact_metrics, write_results
 
 DIRECTIONS = [f"{d}.{k}" for d in ("i2t", "t2i") for k in ("r1", "r5", "r10")] + ["rsum"]
 
@@ -20,7 +20,7 @@ def flat(doc: dict, prefix: str = "") -> dict:
 
 
 def _results() -> dict:
-    """What xmr.results.evaluate_run writes for a 4-image, 2-captions-per-image test split with one subset (image
+    """What xmr.run.results.evaluate_run writes for a 4-image, 2-captions-per-image test split with one subset (image
     0 and its captions): every caption closest to its own image, so every recall is 100 and RSUM 600."""
     sims = np.eye(4).repeat(2, axis=1) + 0.01 * np.arange(8)[None, :]
     subsets = {"ambiguous": {"images": np.array([1, 0, 0, 0], bool), "captions": np.array([1, 1] + [0] * 6, bool)}}

@@ -4,10 +4,10 @@
 import pytest
 import yaml
 
-from xmr.config import apply_overrides, deep_merge
+from xmr.config.loader import apply_overrides, deep_merge
 
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
 
 from conftest import REPO, run_xmr
 
@@ -83,7 +83,7 @@ def test_cli_bad_config_fails_before_work_without_traceback(tmp_path):
 
 
 def test_missing_dataset_file_names_path_and_remedy(tmp_path):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data import load_split
 
     ds = load_dataset_config("synth", REPO / "config")
@@ -104,7 +104,7 @@ def test_repeated_set_flags_accumulate():
 
 
 def test_one_key_value_parser():
-    from xmr.config import parse_assignments
+    from xmr.config.loader import parse_assignments
 
     assert parse_assignments(["a.b=0.5", "c=[1, 2]", "d=x.npy", "e = true"]) == {"a.b": 0.5, "c": [1, 2],
                                                                               "d": "x.npy", "e": True}
@@ -119,7 +119,7 @@ def test_one_rerank_parameter_resolver():
     """CLI/API values over the run config's eval.rerank over the dataset's row of config/rerank/<name>.yaml over the
     code defaults: FR on CUB (a row of its own) and on COCO (the code's defaults), and a reading of FR (fr_val)
     takes FR's rows."""
-    from xmr.config import rerank_params
+    from xmr.config.loader import rerank_params
 
     assert rerank_params("fr", "cub")["gamma1"] == 9.0 and rerank_params("fr", "coco")["gamma1"] == 25.0
     run = {"fr": {"gamma1": 30.0, "lambda2": 7.0}}
@@ -136,8 +136,7 @@ def test_one_rerank_parameter_resolver():
 def test_load_yaml_parses_each_text_once_and_hands_out_copies(tmp_path, monkeypatch):
     # planning reads the same config files hundreds of times (the benchmark's dry run: 868 loads of one file);
     # a text is parsed once, a changed file is parsed again, and every caller gets a dict of its own
-    from xmr import config
-
+    from xmr.config import loader as config
     calls = []
     real = yaml.safe_load
     monkeypatch.setattr(config.yaml, "safe_load", lambda text: calls.append(text) or real(text))
@@ -158,8 +157,7 @@ def test_load_yaml_parses_each_text_once_and_hands_out_copies(tmp_path, monkeypa
 
 def test_load_validated_validates_each_text_once_and_hands_out_copies(tmp_path, monkeypatch):
     # planning the seeded benchmark loaded and validated its file once per planned job (868 jsonschema runs, ~4 s)
-    from xmr import config
-
+    from xmr.config import loader as config
     calls = []
     real = config.validate
     monkeypatch.setattr(config, "validate", lambda doc, schema, src: calls.append(src) or real(doc, schema, src))

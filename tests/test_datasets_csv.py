@@ -67,7 +67,7 @@ def test_the_documented_config_assigns_whole_images_by_seed_and_fractions(tmp_pa
                          r.stdout), r.stdout
     assert extracted_ids(tmp, "mycsv", "val") == ["0001.png"]
     assert extracted_ids(tmp, "mycsv", "test") == ["0010.png"]
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data import load_split
 
     monkeypatch.chdir(tmp)
@@ -86,7 +86,7 @@ def test_split_column_tsv_and_scattered_rows(tmp_path, monkeypatch):
     r = run_xmr("doctor", "mycsv", cwd=tmp)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"ok +split val +data/mycsv/captions\.tsv +\(1 images, 2 captions\)", r.stdout), r.stdout
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data import load_split
 
     monkeypatch.chdir(tmp)

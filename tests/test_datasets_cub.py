@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
+from xmr.core.errors import XmrError
 from xmr.data import load_split
 from xmr.data.cub import BUILTIN_TEST_CLASSES
-from xmr.errors import XmrError
 
 # 5 classes: 1-3 are train+val, 4 and 12 are in the built-in (Reed/PCME) test list
 CLASSES = {1: "001.Black_footed_Albatross", 2: "002.Laysan_Albatross", 3: "003.Sooty_Albatross",
@@ -166,7 +166,7 @@ def test_split_rule_is_recorded_as_a_run_tag(tiny_synth, tmp_path, monkeypatch):
     import contextlib
 
     import xmr.train.trainer as trainer
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     real = trainer.load_split_images
 

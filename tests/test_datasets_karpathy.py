@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from xmr.core.errors import XmrError
 from xmr.data import load_split
-from xmr.errors import XmrError
 
 
 def _img(filename, split, imgid, caps, **extra):

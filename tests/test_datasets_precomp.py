@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from xmr.core.errors import XmrError
 from xmr.data import load_split
-from xmr.errors import XmrError
 
 
 def write_precomp(folder, split, ids=("391895", "9", "522418", "25"), per_caption_ids=False, seed=0):

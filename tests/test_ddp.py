@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.train import distributed
 
 

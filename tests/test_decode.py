@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 
 from conftest import SAMPLE_PHOTOS
+from xmr.core.errors import XmrError
 from xmr.data import load_split
-from xmr.errors import XmrError
 from xmr.features.decode import (EncodedImageDataset, decode_batch, device_fallback_reason, resize_image,
                                  resize_tensor, resolve_decoder)
 from xmr.features.extract import extract_features

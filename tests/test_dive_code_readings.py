@@ -43,7 +43,7 @@ def test_image_projection_mlp_reads_the_raw_or_the_projected_features(mlp_input)
 
 def _dive(tiny_synth, **model):
     from xmr.methods import METHODS
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.text.vocab import SPECIALS
 
     model = {"embed_dim": 16, "num_embeds": 2, "iterations": 1, "heads": 2, "dim_head": 4, "dropout": 0.0,

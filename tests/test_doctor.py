@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from xmr.cli import main as xmr_main
-from xmr.doctor import doctor, preflight_targets, workflow_preflight
+from xmr.planning.doctor import doctor, preflight_targets, workflow_preflight
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 HAS_DETECTRON2 = importlib.util.find_spec("detectron2") is not None
@@ -110,9 +110,9 @@ def test_a_target_path_alone_names_its_dataset(bare, capsys):
 
 
 def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
-    import xmr.doctor
+    import xmr.planning.doctor
 
-    xmr.doctor._checked.clear()
+    xmr.planning.doctor._checked.clear()
     main, job = SimpleNamespace(is_main_process=True), SimpleNamespace(is_main_process=False)
     buf = io.StringIO()
     assert workflow_preflight(job, "coco", "dvse_fr", CONFIG, buf) == 0 and buf.getvalue() == ""
@@ -130,7 +130,7 @@ def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
 def test_val_test_extraction_asks_for_less_than_train():
     import yaml
 
-    from xmr.jobs import job_resource
+    from xmr.planning.jobs import job_resource
 
     res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
     d = res["gpu_cluster"]  # COCO's table (coco: {like: gpu_cluster})
@@ -152,8 +152,8 @@ def test_val_test_extraction_asks_for_less_than_train():
 def test_a_dataset_without_an_entry_gets_the_local_cpus_and_like_copies_a_table():
     import yaml
 
-    from xmr.errors import XmrError
-    from xmr.jobs import check_resources, job_resource, train_job
+    from xmr.core.errors import XmrError
+    from xmr.planning.jobs import check_resources, job_resource, train_job
 
     res = yaml.safe_load((CONFIG / "config.yaml").read_text())["resources"]
     # config/config.yaml as shipped, by hand: default train 0 GPUs, 16000 MB, 240 min, 2 CPUs

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 
 from xmr.cli import main as cli_main
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.variance_aware import variance_aware_loss
 from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
-from xmr.loaders import ImageDataset, collate_images, load_split_with_features
+from xmr.inference.loaders import ImageDataset, collate_images, load_split_with_features
 from xmr.train.trainer import train
-from xmr.inference import load_trained, model_from_config
-from xmr.run_settings import run_settings
+from xmr.inference.model import load_trained, model_from_config
+from xmr.settings.run_settings import run_settings
 
 VOCAB = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "blue", "circle", "square", "big"]
 CAPTIONS = [["a", "red", "circle"], ["a", "blue", "square"], ["big", "red", "square"], ["a", "circle"],

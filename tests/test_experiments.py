@@ -1,4 +1,4 @@
-"""Experiments as data (xmr/experiments.py): validation, variant resolution, targets, the experiment table."""
+"""Experiments as data (xmr/studies/experiments.py): validation, variant resolution, targets, the experiment table."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xmr.errors import XmrError
-from xmr.experiments import format_value, load_experiment, resolve_variant
+from xmr.core.errors import XmrError
+from xmr.studies.experiments import format_value, load_experiment, resolve_variant
 
 from conftest import toy_config
 
@@ -55,7 +55,7 @@ def test_validation_errors_name_the_key(tmp_path, change, key):
 
 def test_repository_experiments_load_and_resolve():
     """Every shipped experiment file is valid, and every variant's overrides name real config keys."""
-    from xmr.experiments import list_experiments
+    from xmr.studies.experiments import list_experiments
 
     exps = {e.name: e for e in list_experiments(REPO / "config")}
     assert {"dvse_ablation", "dvse_k_sweep", "dvse_beta_sweep", "dvse_eta_sweep", "fr_all_methods"} <= set(exps)
@@ -78,7 +78,7 @@ def test_format_value():
 
 
 def test_variant_resolution_applies_overrides(tiny_synth):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     recipe = tiny_synth.recipe("vsepp", "exp_vsepp", train={"epochs": 3})
     exp_path = write_experiment(tiny_synth.config_dir, {
@@ -190,7 +190,7 @@ def test_experiment_table_reports_no_results(tmp_path):
 
 def test_train_cli_trains_a_variant(tiny_synth, tmp_path):
     from xmr.cli import main
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     tiny_synth.recipe("vsepp", "exp_cli_vsepp")
     exp_path = write_experiment(tiny_synth.config_dir, {
@@ -273,7 +273,7 @@ def test_the_ladders_reuse_the_benchmark_runs_they_would_duplicate():
     """By hand from the files: each ladder's `full` rung is its recipe under the benchmark's overrides, seed 0, which
     is that benchmark variant's s0; DVSE's `l_ort` (no mask) and `l_var` (no mask, no L_ort) are dvse_sets's
     dvse_no_dm and dvse_no_dm_no_ort; no other rung trains a benchmark's run."""
-    from xmr.workflow_inputs import parse_result
+    from xmr.planning.workflow_inputs import parse_result
 
     expected = {"dvse_ladder": {"full": "bench/benchmark/dvse/s0", "l_ort": "bench/dvse_sets/dvse_no_dm/s0",
                                 "l_var": "bench/dvse_sets/dvse_no_dm_no_ort/s0"},

@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from conftest import SAMPLE_PHOTOS
-from xmr.config import load_backbone_config, validate
+from xmr.config.loader import load_backbone_config, validate
+from xmr.core.errors import XmrError
 from xmr.data import load_split
-from xmr.errors import XmrError
 from xmr.features.backbones import build_backbone
 from xmr.features.decode import resize_geometry
 from xmr.features.extract import extract_features

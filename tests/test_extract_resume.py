@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from conftest import tiny_extraction_config
-from xmr.config import load_backbone_config, load_dataset_config
+from xmr.config.loader import load_backbone_config, load_dataset_config
 from xmr.data import load_split
 from xmr.features.extract import extract_features
 from xmr.features.store import FeatureFile

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from xmr.cli import main
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
-from xmr.io import load_checkpoint
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
+from xmr.core.io import load_checkpoint
 from xmr.train.trainer import train
 
 from conftest import run_xmr
@@ -132,12 +132,12 @@ def test_read_only_output_directory_fails_first_in_one_line(tiny_synth, tmp_path
 def test_disk_full_during_checkpoint_write(tiny_synth, tmp_path, monkeypatch):
     """ENOSPC while last.pt is written (2nd atomic write: config.yaml is the 1st): one-line error, no partial
     last.pt and no temporary file left, and an earlier last.pt stays intact."""
-    import xmr.io
+    import xmr.core.io
 
     cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_enospc", train={"epochs": 2}))
     out = tmp_path / "run"
     monkeypatch.setenv("XMR_FAULT", "enospc_at:write:2")
-    monkeypatch.setattr(xmr.io, "_FAULT_COUNTS", {})
+    monkeypatch.setattr(xmr.core.io, "_FAULT_COUNTS", {})
     with pytest.raises(XmrError, match=r"last\.pt: disk full or quota exceeded while writing it \(No space left "
                                        r"on device\); nothing was replaced"):
         train(cfg, out, progress=False)
@@ -146,7 +146,7 @@ def test_disk_full_during_checkpoint_write(tiny_synth, tmp_path, monkeypatch):
     # fails: epoch 1's last.pt must survive unchanged
     out = tmp_path / "run2"
     monkeypatch.setenv("XMR_FAULT", "enospc_at:write:5")
-    monkeypatch.setattr(xmr.io, "_FAULT_COUNTS", {})
+    monkeypatch.setattr(xmr.core.io, "_FAULT_COUNTS", {})
     with pytest.raises(XmrError, match="disk full"):
         train(cfg, out, progress=False)
     ck = load_checkpoint(out / "last.pt")
@@ -261,7 +261,7 @@ def test_similarity_bad_embeddings_file(tmp_path, capsys, case):
 # --- feature extraction and import -----------------------------------------------------------------------------
 
 def _tiny_split(tmp_path, n=4):
-    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.config.loader import load_backbone_config, load_dataset_config
     from xmr.data import load_split
 
     from conftest import tiny_extraction_config
@@ -360,7 +360,7 @@ def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
 
 def test_sqlite_locked_writes_are_retried_with_back_off():
     """What a shared mlflow.db answers under load; the tracker's writes go through retry_locked."""
-    from xmr.tracking import retry_locked
+    from xmr.run.tracking import retry_locked
 
     calls = []
 
@@ -400,7 +400,7 @@ def test_read_only_feature_directory_fails_before_the_backbone_loads(tmp_path, m
 
 
 def test_slurm_job_on_sqlite_is_told_to_use_the_server(tmp_path):
-    from xmr.tracking import shared_sqlite_note
+    from xmr.run.tracking import shared_sqlite_note
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     note = shared_sqlite_note(uri, {"SLURM_JOB_ID": "4242"})
@@ -413,20 +413,20 @@ def test_slurm_job_on_sqlite_is_told_to_use_the_server(tmp_path):
 def test_disk_full_during_a_feature_shard_write(tmp_path, monkeypatch):
     """ENOSPC on the first shard (write 2; the settings stamp is write 1): one-line error, no store, no shard,
     no temporary file; the folder with only the stamp is gone too."""
-    import xmr.io
+    import xmr.core.io
     from xmr.features.extract import extract_features
 
     split, bcfg = _tiny_split(tmp_path)
     out = tmp_path / "features" / "train.h5"
     monkeypatch.setenv("XMR_FAULT", "enospc_at:write:2")
-    monkeypatch.setattr(xmr.io, "_FAULT_COUNTS", {})
+    monkeypatch.setattr(xmr.core.io, "_FAULT_COUNTS", {})
     with pytest.raises(XmrError, match=r"000000000\.npz: disk full or quota exceeded while writing it"):
         extract_features(split, bcfg, out, batch_size=4, workers=0, progress=False)
     assert list(out.parent.iterdir()) == []
 
 
 def test_cluster_submission_with_sqlite_tracking_warns():
-    from xmr.tracking import cluster_sqlite_warning
+    from xmr.run.tracking import cluster_sqlite_warning
 
     msg = cluster_sqlite_warning(True, "sqlite:///mlflow.db")
     assert msg and "mlflow.db" in msg and "xmr mlflow-server" in msg and "MLFLOW_TRACKING_URI" in msg
@@ -439,7 +439,7 @@ def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp
     # making it active; a run started then went to Default (8 concurrent trainings on a server lost 3 runs)
     import mlflow
 
-    from xmr.tracking import Tracker
+    from xmr.run.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker(True)
@@ -455,8 +455,8 @@ def test_reopening_a_stored_run_takes_no_first_use_lock(tmp_path, monkeypatch):
     # its experiment nor the lock that serialises a new store's creation, so they do not queue on each other
     import mlflow
 
-    import xmr.tracking as tracking
-    from xmr.tracking import Tracker
+    import xmr.run.tracking as tracking
+    from xmr.run.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker(True)

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from xmr.data.base import CaptionedSplit
 from xmr.features.store import FeatureFile, ShardWriter
-from xmr.loaders import ImageDataset, PairCollate, PairDataset, collate_images, image_input, read_regions
+from xmr.inference.loaders import ImageDataset, PairCollate, PairDataset, collate_images, image_input, read_regions
 
 COUNTS = [3, 1, 4, 2, 4]  # regions per image; the store holds 4 rows of 2 numbers per image
 

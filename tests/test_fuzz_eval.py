@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from xmr.cli import main
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.evaluation import TIE_POLICIES, evaluate_sims
 from xmr.rerank import RERANKERS
-from xmr.similarity import SIMILARITIES, compute_similarity
+from xmr.similarity.measures import SIMILARITIES, compute_similarity
 
 # all-negative random "cosines" are valid input that DSL/MR warn about (the warning is tested in test_pcme.py)
 pytestmark = pytest.mark.filterwarnings("ignore:re-ranker .* every similarity is <= 0:UserWarning")

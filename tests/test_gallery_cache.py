@@ -1,6 +1,6 @@
-"""The run's cached test gallery (xmr/gallery_cache.py): written by `xmr score`, read by `xmr.load(...).encode_split`,
-`xmr search` and `xmr test` (the same embeddings and results as recomputing), and stale when the checkpoint, the
-feature file or config.yaml changes."""
+"""The run's cached test gallery (xmr/run/gallery_cache.py): written by `xmr score`, read by
+`xmr.load(...).encode_split`, `xmr search` and `xmr test` (the same embeddings and results as recomputing), and stale
+when the checkpoint, the feature file or config.yaml changes."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 import torch
 
 import xmr
-import xmr.inference
+import xmr.inference.model
 from xmr.cli import main
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.data import load_split
-from xmr.gallery_cache import read_gallery
-from xmr.io import read_json
-from xmr.layout import gallery_cache_file
-from xmr.io import load_checkpoint, save_checkpoint
+from xmr.run.gallery_cache import read_gallery
+from xmr.core.io import read_json
+from xmr.run.layout import gallery_cache_file
+from xmr.core.io import load_checkpoint, save_checkpoint
 from xmr.train.trainer import train
-from xmr.run_settings import run_settings
+from xmr.settings.run_settings import run_settings
 
 
 @pytest.fixture
@@ -40,9 +40,9 @@ def scored(tiny_synth, tmp_path):
 
 def _recomputed(run) -> tuple[np.ndarray, np.ndarray]:
     """The test split encoded from scratch, without the cache."""
-    model, cfg = xmr.inference.load_trained(run, "cpu")
-    data, feats = xmr.inference.load_split_images(run_settings(cfg).image, cfg["dataset_cfg"], "test")
-    img, cap = xmr.inference.encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
+    model, cfg = xmr.inference.model.load_trained(run, "cpu")
+    data, feats = xmr.inference.model.load_split_images(run_settings(cfg).image, cfg["dataset_cfg"], "test")
+    img, cap = xmr.inference.model.encode_split_of(model, run_settings(cfg), data, feats, torch.device("cpu"))
     return img.numpy(), cap.numpy()
 
 
@@ -50,7 +50,7 @@ def _no_split_reads(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the split was read again instead of the cache")
 
-    monkeypatch.setattr(xmr.inference, "load_split_images", refuse)
+    monkeypatch.setattr(xmr.inference.model, "load_split_images", refuse)
 
 
 def test_score_writes_the_gallery_and_encode_split_and_search_read_it(scored, monkeypatch, capsys):
@@ -135,7 +135,8 @@ def test_a_trained_model_is_loaded_without_reading_word_vectors(scored, monkeypa
     cfg = xmr.load(run, device="cpu").cfg
     assert cfg["text"]["word_vectors"] == "glove6b50d"
     ck = load_checkpoint(run / "best.pt", "cpu")
-    with_vectors = xmr.inference.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])  # reads GloVe, as training
+    # reads GloVe, as training
+    with_vectors = xmr.inference.model.model_from_config(cfg, ck["image_dim"], ck["vocab_words"])
     with_vectors.load_state_dict(ck["model"])
 
     def refuse(*a, **k):
@@ -144,7 +145,7 @@ def test_a_trained_model_is_loaded_without_reading_word_vectors(scored, monkeypa
     monkeypatch.setattr(xmr.text.word_vectors, "load_word_vectors", refuse)
     m = xmr.load(run, device="cpu")
     text = ["a red circle left of a square", "a blue triangle"]
-    expected = xmr.inference.Model(with_vectors, cfg, torch.device("cpu")).encode_text(text)
+    expected = xmr.inference.model.Model(with_vectors, cfg, torch.device("cpu")).encode_text(text)
     np.testing.assert_array_equal(m.encode_text(text), expected)
 
 
@@ -153,7 +154,7 @@ def test_a_features_only_split_has_no_image_files_and_search_prints_ids(scored, 
     `xmr search` prints each result's id alone."""
     import dataclasses
 
-    from xmr.gallery_cache import write_gallery
+    from xmr.run.gallery_cache import write_gallery
 
     run, _ = scored
     m = xmr.load(run, device="cpu")

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.text.hglmm import (HGLMMModel, HybridMixture, default_settings, fit_hglmm, load_text_feature_settings,
                             read_vectors, transform_captions)
 

@@ -1,9 +1,12 @@
 """Directions of dependency inside the package, read from the source with ast (every import statement, module level
-or inside a function): the library never reaches into the workflow or the trainer, and has no import cycle."""
+or inside a function): each part of xmr/ (a package, or one of the three modules beside them) is on one floor of
+docs/architecture.md and imports only its floor and those below; the library never reaches into the workflow or the
+trainer, and has no import cycle."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "xmr"
@@ -89,10 +92,10 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_graph_reader_sees_the_edges_it_should():
     # guards the checks below against a reader that finds nothing
     graph = import_graph()
-    assert "xmr.inference" in graph["xmr.train.trainer"]
-    assert "xmr.inference" in graph["xmr.commands.score"]  # imported inside run(): still counted
+    assert "xmr.inference.model" in graph["xmr.train.trainer"]
+    assert "xmr.inference.model" in graph["xmr.commands.score"]  # imported inside run(): still counted
     assert "xmr.rerank" in graph["xmr.evaluation.protocols"]
-    assert {"xmr.models", "xmr.models.image_backbone"} <= graph["xmr.inference"]  # parent package counted
+    assert {"xmr.models", "xmr.models.image_backbone"} <= graph["xmr.inference.model"]  # parent package counted
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -100,7 +103,7 @@ def test_graph_reader_sees_the_edges_it_should():
 def test_no_module_imports_the_workflow_helpers():
     offenders = sorted(m for m, deps in import_graph().items() if any(d == "xmr.workflow" for d in deps))
     assert offenders == []
-    assert not (PKG / "workflow.py").exists()  # paths and targets live in xmr.layout
+    assert not (PKG / "workflow.py").exists()  # paths and targets live in xmr.run.layout
 
 
 def test_only_the_train_package_imports_the_trainer():
@@ -113,7 +116,7 @@ def test_only_the_train_package_imports_the_trainer():
 
 def test_inference_never_imports_the_trainer():
     graph = import_graph()
-    assert "xmr.train.trainer" not in graph["xmr.inference"]
+    assert "xmr.train.trainer" not in graph["xmr.inference.model"]
     assert "xmr.train.trainer" not in graph["xmr.commands.search"]
 
 
@@ -121,14 +124,16 @@ def test_import_graph_has_no_cycle():
     assert find_cycle(import_graph()) is None
 
 
+def part_of(module: str) -> str:
+    """The part of xmr/ that holds a module: ``xmr.run.layout`` -> ``xmr.run``; ``xmr`` is its ``__init__.py``."""
+    return ".".join(module.split(".")[:2])
+
+
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The import graph between the package's first-level parts (``xmr.config``, ``xmr.methods``, ...)."""
-    def part(m: str) -> str:
-        return ".".join(m.split(".")[:2])
-
     out: dict[str, set[str]] = {}
     for mod, deps in graph.items():
-        out.setdefault(part(mod), set()).update(part(d) for d in deps if part(d) != part(mod))
+        out.setdefault(part_of(mod), set()).update(part_of(d) for d in deps if part_of(d) != part_of(mod))
     return out
 
 
@@ -147,32 +152,66 @@ def test_the_library_never_imports_train():
     assert offenders == []
 
 
-FLOORS = {  # docs/architecture.md "Floors": a module may import its own floor and the ones below
-    0: ("xmr.errors", "xmr.registry", "xmr.lazy", "xmr.utils", "xmr.progress", "xmr.reproducibility", "xmr.io"),
-    1: ("xmr.losses", "xmr.similarity", "xmr.evaluation", "xmr.rerank"),
-    3: ("xmr.train",),
-    4: ("xmr.workflow_inputs", "xmr.jobs", "xmr.experiments", "xmr.benchmark", "xmr.report", "xmr.doctor"),
-    5: ("xmr.cli", "xmr.commands", "xmr.__main__"),
+FLOORS = {  # docs/architecture.md "Floors": each part of xmr/ on one floor; it may import its own floor and those below
+    "xmr.core": 0,
+    "xmr.losses": 1, "xmr.similarity": 1, "xmr.evaluation": 1, "xmr.rerank": 1,
+    "xmr": 2,  # xmr/__init__.py: __version__ and xmr.load, which imports the inference package when called
+    "xmr.config": 2, "xmr.schemas": 2, "xmr.data": 2, "xmr.text": 2, "xmr.features": 2, "xmr.settings": 2,
+    "xmr.models": 2, "xmr.methods": 2, "xmr.run": 2, "xmr.inference": 2, "xmr.checkpoints": 2,
+    "xmr.train": 3,
+    "xmr.studies": 4, "xmr.planning": 4, "xmr.report": 4,
+    "xmr.cli": 5, "xmr.commands": 5, "xmr.__main__": 5,
 }
+ENTRY_POINTS = ("__init__.py", "__main__.py", "cli.py")  # the only modules of xmr/ outside a package
 
 
 def floor_of(module: str) -> int:
-    for floor, prefixes in FLOORS.items():
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return floor
-    return 2  # the library
+    return FLOORS[part_of(module)]
+
+
+def test_xmr_holds_packages_and_its_entry_points_only():
+    assert sorted(p.name for p in PKG.glob("*.py")) == sorted(ENTRY_POINTS)
+
+
+def test_every_part_of_xmr_has_a_floor():
+    packages = {f"xmr.{p.name}" for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+    modules = {"xmr" if n == "__init__.py" else f"xmr.{Path(n).stem}" for n in ENTRY_POINTS}
+    assert packages | modules == set(FLOORS)
+
+
+def floor_table() -> dict[str, int]:
+    """Part -> floor as docs/architecture.md's table "Floors, and what each may import" names them (``xmr/run/``,
+    ``xmr/cli.py``, ``xmr/__init__.py``)."""
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    section = text.split("## Floors, and what each may import", 1)[1].split("\n## ", 1)[0]
+    out: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d)\. [^|]+\| ([^|]+) \|", section, re.M):
+        for name in re.findall(r"`xmr/(\w+)(?:/|\.py)`", row[1]):
+            out["xmr" if name == "__init__" else f"xmr.{name}"] = int(row[0])
+    return out
+
+
+def test_the_floor_table_of_the_docs_is_the_one_enforced():
+    assert floor_table() == FLOORS
+
+
+def test_the_architecture_names_only_paths_that_exist():
+    text = (PKG.parent / "docs" / "architecture.md").read_text()
+    named = {p.rstrip(".") for p in re.findall(r"`(xmr/[\w/.]*)", text)}  # up to a placeholder: xmr/methods/<name>.py
+    assert sorted(p for p in named if not (PKG.parent / p).exists()) == []
 
 
 def test_every_module_imports_only_its_floor_and_below():
-    assert (floor_of("xmr.rerank.fast"), floor_of("xmr.methods.dvse"), floor_of("xmr.train.trainer"),
-            floor_of("xmr.report.tables"), floor_of("xmr.commands.train")) == (1, 2, 3, 4, 5)
+    assert (floor_of("xmr.core.io"), floor_of("xmr.rerank.fast"), floor_of("xmr.run.layout"),
+            floor_of("xmr.train.trainer"), floor_of("xmr.studies.benchmark"), floor_of("xmr.commands.train")) == (
+        0, 1, 2, 3, 4, 5)
     upward = sorted(f"{m} (floor {floor_of(m)}) -> {d} (floor {floor_of(d)})" for m, deps in import_graph().items()
                     for d in deps if floor_of(d) > floor_of(m))
     assert upward == []
 
 
 RUN_ROOTS = ("runs", "results")
-NAMED_BY_LAYOUT = {"layout.py"}  # the run-key module
+LAYOUT = PKG / "run" / "layout.py"  # the run-key module
 
 
 def run_paths_built(path: Path) -> list[str]:
@@ -232,13 +271,12 @@ def test_run_path_reader_finds_built_paths(tmp_path):
 
 
 def test_no_run_or_result_path_is_built_outside_the_run_key_module():
-    found = [hit for p in sorted(PKG.rglob("*.py")) if p.name not in NAMED_BY_LAYOUT
-             or p.parent != PKG for hit in run_paths_built(p)]
+    found = [hit for p in sorted(PKG.rglob("*.py")) if p != LAYOUT for hit in run_paths_built(p)]
     assert found == []
 
 
 FILE_CALLS = {"read_text", "read_bytes", "open", "load_yaml", "safe_load", "exists", "is_file", "glob", "iterdir"}
-FILE_MODULES = {"yaml", "h5py", "xmr.config", "xmr.io", "pickle"}
+FILE_MODULES = {"yaml", "h5py", "xmr.config.loader", "xmr.core.io", "pickle"}
 
 
 def file_access(path: Path) -> list[str]:
@@ -260,7 +298,7 @@ def file_access(path: Path) -> list[str]:
 
 def test_file_access_reader_finds_reads(tmp_path):
     p = tmp_path / "m.py"
-    p.write_text("import numpy as np\nfrom xmr.config import load_yaml\n\ndef f(x):\n    return np.load(x), "
+    p.write_text("import numpy as np\nfrom xmr.config.loader import load_yaml\n\ndef f(x):\n    return np.load(x), "
                  "open(x), x.read_text()\n")
     assert len(file_access(p)) == 4
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from xmr.cli import main as xmr_main
+from xmr.core.errors import XmrError
 from xmr.data import load_split
-from xmr.errors import XmrError
 from xmr.features.importers import import_butd_tsv, import_scan, scan_source_split
 from xmr.features.store import FeatureFile
 
@@ -197,9 +197,9 @@ def test_scan_download_alone_trains_and_scores(tmp_path):
     """A user with only the SCAN folder (no JSON, no images): `precomp` dataset + imported features train."""
     import yaml
 
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import train
-    from xmr.inference import score_split
+    from xmr.inference.model import score_split
 
     rng = np.random.default_rng(0)
     words = ["dog", "cat", "man", "red", "ball", "runs", "sits", "beach", "grass", "sofa"]

@@ -10,7 +10,7 @@ import torch
 
 import xmr
 from xmr.cli import main
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.data import load_split
 from xmr.train.trainer import train
 
@@ -183,7 +183,7 @@ def test_numpy_out_numpy_or_torch_in(tiny_synth_run, tiny_synth):
     and takes NumPy arrays or torch tensors; written as the README's snippet is (the tiny DVSE run: 12 test images,
     5 captions each, K sub-embeddings per image, one embedding per caption)."""
     from xmr.features.store import FeatureFile
-    from xmr.layout import gallery_cache_file
+    from xmr.run.layout import gallery_cache_file
 
     m = xmr.load(tiny_synth_run, device="cpu")
     d, k = m.cfg["model"]["embed_dim"], m.cfg["model"]["num_embeds"]

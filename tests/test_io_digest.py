@@ -1,11 +1,11 @@
-"""xmr.io.sha256_file: digests of large files are cached under a key of path, inode, size and mtime."""
+"""xmr.core.io.sha256_file: digests of large files are cached under a key of path, inode, size and mtime."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
-import xmr.io as io
+import xmr.core.io as io
 
 
 def test_digest_is_cached_until_the_file_changes(tmp_path, monkeypatch):
@@ -40,7 +40,7 @@ def test_atomic_writes_get_the_mode_of_an_ordinary_new_file(tmp_path):
     allows, as a plain open() would make it (shared run directories on a cluster)."""
     import os
 
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     old = os.umask(0o022)
     try:

@@ -1,7 +1,7 @@
 """kill -9 at chosen points (docs/faults.md), then the same command again: training and extraction end exactly as
 an uninterrupted run (CPU), and after each kill every file a reader can open is complete.
 
-The kill is the trainer's/writer's own ``XMR_FAULT=kill_at:PHASE:N`` hook (xmr/io.py ``fault_point``): the
+The kill is the trainer's/writer's own ``XMR_FAULT=kill_at:PHASE:N`` hook (xmr/core/io.py ``fault_point``): the
 process SIGKILLs itself the N-th time it reaches PHASE, so each point is hit exactly, not by timing.
 Atomic writes (``write`` phase) are counted in order; a 2-epoch training run writes config.yaml (1), then per
 epoch last.pt, best.pt (when the epoch is the best), history.csv; extraction writes the settings stamp (1),
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.io import load_checkpoint
+from xmr.core.io import load_checkpoint
 
 from conftest import run_xmr, xmr_env
 

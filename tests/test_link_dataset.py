@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from xmr.core.errors import XmrError
 from xmr.data.link import link_dataset, link_rule_constraints, linkable_annotations
-from xmr.errors import XmrError
 
 
 def coco_cfg(root, source=None) -> dict:

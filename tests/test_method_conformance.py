@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
-from xmr.inference import load, load_trained, score_split
+from xmr.core.errors import XmrError
+from xmr.inference.model import load, load_trained, score_split
 from xmr.methods import METHODS
 from xmr.methods.base import settings_from
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.train.trainer import train
 
 # the toy size every method is built at: random word vectors (GloVe would dominate the run time) and a BiGRU, so

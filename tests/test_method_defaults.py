@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xmr.config import deep_merge, load_schema, validate
-from xmr.errors import XmrError
+from xmr.config.loader import deep_merge, load_schema, validate
+from xmr.core.errors import XmrError
 from xmr.methods import METHODS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,7 +149,7 @@ def restated_in_recipe(path: Path) -> list[str]:
     import json
     import tempfile
 
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     doc = yaml.safe_load(path.read_text())
     full = json.dumps(load_run_config(path), sort_keys=True, default=str)

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.run_config import load_run_config
-from xmr.loaders import load_split_with_features
+from xmr.run.config import load_run_config
+from xmr.inference.loaders import load_split_with_features
 from xmr.train.trainer import train
-from xmr.inference import encode_split_of, load_trained, score_split
-from xmr.run_settings import run_settings
+from xmr.inference.model import encode_split_of, load_trained, score_split
+from xmr.settings.run_settings import run_settings
 
 
 def naive_set_score(x: torch.Tensor, y: torch.Tensor, measure: str, alpha: float = 16.0) -> float:

@@ -4,9 +4,9 @@ and score end to end on the tiny synthetic set (each method's default configurat
 import numpy as np
 import pytest
 
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.train.trainer import train
-from xmr.inference import load_trained, score_split
+from xmr.inference.model import load_trained, score_split
 
 CASES = {
     "vse_inf_grid_mlp2": {"model": {"residual_mlp": False, "size_augment": {"mode": "grid"},

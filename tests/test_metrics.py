@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.evaluation import evaluate_sims, i2t_ranks, label_ranks, recall_metrics, t2i_ranks
 
 # 2 images x 2 captions each: image 0 owns captions 0, 1; image 1 owns captions 2, 3.

@@ -1,4 +1,4 @@
-"""The model zoo (xmr/zoo.py, `xmr model-zoo`, docs/model_zoo.md) and `xmr doctor --zoo`: every released model
+"""The model zoo (xmr/studies/zoo.py, `xmr model-zoo`, docs/model_zoo.md) and `xmr doctor --zoo`: every released model
 has a recipe with a checkpoint: section; the committed page is exactly what the generator writes from the
 committed recipes; xmr's numbers appear beside the paper's when a results file exists."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_xmr
-from xmr.zoo import zoo_entries
+from xmr.studies.zoo import zoo_entries
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config"
@@ -92,7 +92,7 @@ def test_hand_checked_row_and_xmr_numbers_beside_the_papers(tmp_path):
 def test_pcme_cutmix_is_evaluated_as_pcme(monkeypatch):
     """naver-ai/pcme evaluates pcme_cutmix_coco.pth with the same config and script as pcme_coco.pth (CutMix only
     changed the backbone's ImageNet pre-training): the two recipes differ in the file and its zoo entry only."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     monkeypatch.chdir(REPO)
     plain = load_run_config("config/recipes/coco/pcme_official.yaml")
@@ -108,8 +108,8 @@ def test_pcme_cutmix_is_evaluated_as_pcme(monkeypatch):
 def test_a_paper_row_with_two_recalls_is_refused(tmp_path):
     import yaml
 
-    from xmr.errors import XmrError
-    from xmr.run_config import load_run_config
+    from xmr.core.errors import XmrError
+    from xmr.run.config import load_run_config
 
     doc = yaml.safe_load((CONFIG / "recipes/coco/pcme_official.yaml").read_text())
     doc["extends"] = str(CONFIG / "methods/pcme.yaml")
@@ -160,7 +160,7 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
 def test_a_recipe_without_zoo_keys_is_listed_and_says_so(tmp_path):
     """A checkpoint recipe that names only format/src/vocab (as the first official recipes did) still gets its row;
     the page says what the recipe does not state instead of claiming the authors give no SHA-256."""
-    from xmr.zoo import ZooEntry, render_zoo
+    from xmr.studies.zoo import ZooEntry, render_zoo
 
     entry = ZooEntry(dataset="coco", name="vse_inf_official_x", recipe="config/recipes/coco/vse_inf_official_x.yaml",
                      format="vse_infty", src="data/checkpoints/x.pth", vocab=None, paper="a model")

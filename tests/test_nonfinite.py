@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
 from xmr.methods import METHODS
-from xmr.io import load_checkpoint
+from xmr.core.io import load_checkpoint
 from xmr.train.trainer import train
 
 

@@ -51,7 +51,7 @@ def test_old_run_evaluates_plain_and_re_ranked(old_run, tmp_path):
     run_xmr("test", "--run", old_run, "--sims", sims, "--out", tmp_path / "plain.json", "--no-tracking", check=True)
     plain = json.loads((tmp_path / "plain.json").read_text())
     i2t, t2i = recall_at_1(np.load(sims))
-    # results files hold metrics rounded to 3 decimals (xmr.results.METRIC_DECIMALS)
+    # results files hold metrics rounded to 3 decimals (xmr.run.results.METRIC_DECIMALS)
     assert plain["protocols"]["plain"]["i2t"]["r1"] == round(i2t, 3)
     assert plain["protocols"]["plain"]["t2i"]["r1"] == round(t2i, 3)
     # a re-ranker reads eval.rerank, which this config.yaml lacks (the previous version: KeyError: 'rerank')

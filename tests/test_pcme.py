@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, match_probability, released_vib_kl,
                                       sample_gaussian, soft_contrastive_loss, uniformity_loss)
 from xmr.train.trainer import train
-from xmr.inference import score_split
+from xmr.inference.model import score_split
 
 
 def logistic(x: float) -> float:
@@ -218,7 +218,7 @@ def _log_prob_matrix(seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     img = rng.standard_normal((6, 3, 4)).astype(np.float32)
     cap = np.repeat(img, 2, axis=0) + 0.3 * rng.standard_normal((12, 3, 4)).astype(np.float32)
-    from xmr.similarity import compute_similarity
+    from xmr.similarity.measures import compute_similarity
 
     return np.asarray(compute_similarity(img, cap, "log_match_prob", a=1.5, b=1.0))
 

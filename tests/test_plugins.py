@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xmr.layout import parse_target, result_path, run_dir
+from xmr.run.layout import parse_target, result_path, run_dir
 
 from conftest import run_xmr, xmr_env
 
@@ -120,7 +120,7 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
     assert parse_target("synth", "toy", cfg_dir) == ("toy", None)
     with pytest.raises(Exception, match="re-ranker suffixes"):
         parse_target("synth", "toy_twice", cfg_dir)  # without the plugin `twice` is no re-ranker
-    check = subprocess.run([sys.executable, "-c", "from xmr.layout import parse_target; "
+    check = subprocess.run([sys.executable, "-c", "from xmr.run.layout import parse_target; "
                             f"print(parse_target('synth', 'toy_twice', {str(cfg_dir)!r}))"],
                            env=env, capture_output=True, text=True)
     assert check.stdout.strip() == "('toy', 'twice')", check.stderr
@@ -148,7 +148,8 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
     assert twice["i2t"] == plain["i2t"] and twice["t2i"] == plain["t2i"] and twice["rsum"] == plain["rsum"]
 
     # the re-ranker with an extra input: the workflow reads its file from its spec (no name list anywhere) ...
-    check = subprocess.run([sys.executable, "-c", "from xmr.workflow_inputs import rerank_inputs, rerank_options; "
+    check = subprocess.run([sys.executable, "-c", "from xmr.planning.workflow_inputs import rerank_inputs, "
+                            "rerank_options; "
                             f"print(rerank_inputs({str(run)!r}, 'scaled')); print(rerank_options({str(run)!r}, 'scaled'))"],
                            env=env, capture_output=True, text=True)
     assert check.stdout.splitlines() == [f"{{'scale': '{run}/toy_scale.npy'}}",

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from xmr.errors import XmrError
-from xmr.workflow_inputs import rerank_inputs, rerank_options
-from xmr.run_settings import run_settings
+from xmr.core.errors import XmrError
+from xmr.planning.workflow_inputs import rerank_inputs, rerank_options
+from xmr.settings.run_settings import run_settings
 
 
 @pytest.fixture(scope="module")
 def trained(tiny_synth, module_tmp):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import train
 
     out = module_tmp("qb") / "run"
@@ -26,8 +26,8 @@ def trained(tiny_synth, module_tmp):
 def test_bank_shapes_and_values(trained):
     import torch
 
-    from xmr.loaders import load_split_images
-    from xmr.inference import encode_split_of, load_trained, score_bank
+    from xmr.inference.loaders import load_split_images
+    from xmr.inference.model import encode_split_of, load_trained, score_bank
 
     i2t, t2i, info = score_bank(trained, "train", max_images=7, device="cpu", progress=False)
     # tiny synth: 12 test images x 5 captions; the bank is the first 7 training images and their 35 captions

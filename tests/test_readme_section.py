@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.report.readme import replace_section, update_section
 
 README = "# t\n\nintro\n\n<!-- xmr:results -->\nold table\n<!-- /xmr:results -->\n\nafter\n"

@@ -19,7 +19,7 @@ def test_every_recipe_is_recorded():
 
 @pytest.mark.parametrize("recipe", sorted(RECORDED))
 def test_recipe_resolves_as_recorded(recipe, monkeypatch):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     monkeypatch.chdir(REPO)
     got = json.loads(json.dumps(load_run_config(recipe), default=str))

@@ -22,12 +22,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from xmr.inference import encode_split_of, load_trained
-from xmr.loaders import load_split_images
+from xmr.inference.model import encode_split_of, load_trained
+from xmr.inference.loaders import load_split_images
 from xmr.losses.triplet import triplet_loss
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.train.trainer import train
-from xmr.run_settings import run_settings
+from xmr.settings.run_settings import run_settings
 
 # every pair trains alike: the same optimiser, schedule, batches, text encoder and masking on both sides
 COMMON = {
@@ -174,7 +174,7 @@ def test_dive_reduces_to_its_global_branch(tiny_synth, trained):
     and of the BiGRU's last hidden state; no SPM weights; the smooth-Chamfer score of single embeddings is their
     cosine, so the loss is the triplet on the cosine matrix, summed hinges in the warm-up epoch, the hardest
     negative after it (DivE's mean reductions)."""
-    from xmr.loaders import image_input, image_loader_parts
+    from xmr.inference.loaders import image_input, image_loader_parts
     from xmr.models.pooling import POOLS
 
     run = trained("dive_global", "dive", DIVE_GLOBAL)

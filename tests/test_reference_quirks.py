@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.fixtures.checkpoints.seeded import resolved_run_config
-from xmr.inference import model_from_config
+from xmr.inference.model import model_from_config
 
 WORDS = ["<pad>", "<unk>", "<start>", "<end>", "a", "dog", "runs", "on", "the", "grass", "near", "red", "house"]
 SHORT = [2, 4, 5, 6, 3]  # <start> a dog runs <end>

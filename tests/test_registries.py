@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, xmr_env
-from xmr.config import load_schema, method_schema
-from xmr.errors import XmrError
+from xmr.config.loader import load_schema, method_schema
+from xmr.core.errors import XmrError
 from xmr.methods import METHODS
 from xmr.models.text import TEXT_ENCODERS
-from xmr.run_config import load_run_config, run_schema
-from xmr.similarity import SIMILARITIES, SetMeasure
+from xmr.run.config import load_run_config, run_schema
+from xmr.similarity.measures import SIMILARITIES, SetMeasure
 
 
 def _enums(schema) -> list[list]:
@@ -91,9 +91,9 @@ def test_checkpoint_formats_in_the_run_schema_are_the_registry():
 
 PLANNING = """
 import sys
-from xmr.benchmark import load_benchmark
-from xmr.layout import parse_target
-from xmr.workflow_inputs import RunKey, rerank_inputs, run_config
+from xmr.planning.workflow_inputs import RunKey, rerank_inputs, run_config
+from xmr.run.layout import parse_target
+from xmr.studies.benchmark import load_benchmark
 assert parse_target("synth", "dvse_fr_val", "config") == ("dvse", "fr_val")
 cfg = run_config(RunKey.recipe("synth", "dvse"))
 assert cfg["model"]["num_embeds"] == 6 and cfg["loss"]["eta"] == 0.6  # the method schema's defaults filled
@@ -130,6 +130,6 @@ def test_planning_with_snakemake_imports_no_torch(targets, planned):
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")]
     shown = r.stdout + "\n".join(ln for ln in r.stderr.splitlines() if not ln.startswith("import time:"))
     assert r.returncode == 0, shown[-3000:]
-    assert "xmr.run_config" in imported and "xmr.rerank" in imported  # it did validate and parse the targets
+    assert "xmr.run.config" in imported and "xmr.rerank" in imported  # it did validate and parse the targets
     assert planned in shown, shown[-3000:]
     assert "torch" not in imported

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from xmr.errors import XmrError
-from xmr.run_settings import run_settings
+from xmr.core.errors import XmrError
+from xmr.settings.run_settings import run_settings
 
 
 # -- paper_results.yaml ------------------------------------------------------------------------------------------------
@@ -170,11 +170,11 @@ def test_fr_grid_matches_direct_evaluations():
 @pytest.fixture(scope="module")
 def tiny_project(tiny_synth, module_tmp):
     """runs/ and results/ of a tiny vsepp and a tiny dvse (1 epoch each) on the tiny_synth fixture."""
-    from xmr.run_config import load_run_config
-    from xmr.io import atomic_path, write_json
-    from xmr.results import evaluate_run
+    from xmr.run.config import load_run_config
+    from xmr.core.io import atomic_path, write_json
+    from xmr.run.results import evaluate_run
     from xmr.train.trainer import train
-    from xmr.inference import score_split
+    from xmr.inference.model import score_split
 
     root = module_tmp("report_project")
     runs, results = root / "runs", root / "results"
@@ -258,8 +258,8 @@ def test_attention_maps_are_probabilities_over_regions(tiny_project):
     import torch
 
     from xmr.report.figures import image_attention
-    from xmr.loaders import load_split_with_features
-    from xmr.inference import load_trained
+    from xmr.inference.loaders import load_split_with_features
+    from xmr.inference.model import load_trained
 
     model, cfg = load_trained(tiny_project["runs"] / "synth" / "rep_dvse")
     data, feats = load_split_with_features(run_settings(cfg).image, cfg["dataset_cfg"], "test")
@@ -288,7 +288,7 @@ def test_attention_to_pixels_grid_and_boxes():
 def test_figures_are_logged_to_their_mlflow_runs(tmp_path, monkeypatch):
     from xmr.report.build import Block, Report, Section, log_report_to_mlflow
     from xmr.report.figures import plot_training_curves
-    from xmr.tracking import Tracker
+    from xmr.run.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker(True)
@@ -320,7 +320,7 @@ def test_figures_are_logged_to_their_mlflow_runs(tmp_path, monkeypatch):
 def test_report_settings_are_written_once_in_the_file(tmp_path):
     """config/report.yaml's `default` holds every setting (no second copy in code): a file missing one is an error
     naming it, and a dataset entry overrides only what it sets."""
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
     from xmr.report.settings import report_settings
 
     shipped = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "report.yaml").read_text())

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import history_rows, run_xmr, xmr_env
 
-from xmr.reproducibility import PORTABLE_CPU_ENV, portable_cpu_numerics
+from xmr.core.reproducibility import PORTABLE_CPU_ENV, portable_cpu_numerics
 
 
 def test_native_kernels_by_default_pins_only_on_request():
@@ -33,12 +33,12 @@ def test_openblas_is_pinned_only_where_the_cpu_runs_its_haswell_kernels():
 
 def test_the_cli_pins_openblas_before_numpy_loads_it_when_asked():
     """The pin only works if it is in the environment when OpenBLAS initialises: xmr's CLI sets it first."""
-    code = ("import os, sys; from xmr.reproducibility import portable_cpu_numerics as p; "
+    code = ("import os, sys; from xmr.core.reproducibility import portable_cpu_numerics as p; "
             "assert 'numpy' not in sys.modules; import xmr.cli; assert 'numpy' not in sys.modules; "
             "p(); import numpy; print(os.environ.get('OPENBLAS_CORETYPE'))")
     env = {k: v for k, v in __import__("os").environ.items()
            if k not in ("OPENBLAS_CORETYPE", "XMR_NATIVE_CPU", "XMR_PORTABLE_CPU")}
-    from xmr.reproducibility import _cpu_flags
+    from xmr.core.reproducibility import _cpu_flags
 
     for extra, want in (({}, "None"), ({"XMR_PORTABLE_CPU": "1"},
                                        "Haswell" if {"avx2", "fma"} <= _cpu_flags() else "None")):
@@ -69,15 +69,15 @@ def test_same_machine_same_numbers_and_kernel_choice_within_the_stated_tolerance
 
 
 def test_deterministic_switch_sets_torch_flags_without_importing_inductor():
-    code = ("import sys, torch; from xmr.reproducibility import use_deterministic_algorithms as u; u(warn_only=True); "
-            "print(torch.are_deterministic_algorithms_enabled(), "
+    code = ("import sys, torch; from xmr.core.reproducibility import use_deterministic_algorithms as u; "
+            "u(warn_only=True); print(torch.are_deterministic_algorithms_enabled(), "
             "torch.is_deterministic_algorithms_warn_only_enabled(), 'torch._inductor' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True", "True", "False"]
 
 
 def test_deterministic_switch_leaves_nan_fill_off_unless_asked():
-    code = ("import torch; from xmr.reproducibility import use_deterministic_algorithms as u; u(); "
+    code = ("import torch; from xmr.core.reproducibility import use_deterministic_algorithms as u; u(); "
             "a = torch.utils.deterministic.fill_uninitialized_memory; "
             "u(fill_uninitialized_memory=True); "
             "print(a, torch.utils.deterministic.fill_uninitialized_memory, bool(torch.empty(64).isnan().all()))")
@@ -91,7 +91,7 @@ def test_nan_fill_changes_no_gradient_of_the_packed_bigru():
     import torch
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-    from xmr.reproducibility import use_deterministic_algorithms
+    from xmr.core.reproducibility import use_deterministic_algorithms
 
     def run() -> list:
         torch.manual_seed(0)

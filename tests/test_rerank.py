@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.evaluation import evaluate_sims, i2t_ranks, t2i_ranks
 from xmr.rerank import RERANKERS, RerankContext, default_params, prepare_rerank, rerank, resolve_params
 
@@ -98,7 +98,7 @@ def test_fr_is_stable_for_large_scales():
 
 
 def test_fr_defaults_per_dataset_from_yaml():
-    from xmr.config import load_rerank_rows
+    from xmr.config.loader import load_rerank_rows
 
     rows = load_rerank_rows("fr")[1]  # read at the edge; the re-rankers get plain values
     assert {k: default_params("fr", "cub", rows)[k] for k in ("gamma1", "gamma2", "lambda1", "lambda2")} == \
@@ -152,7 +152,7 @@ def test_qbnorm_naive(tmp_path):
     bank_t2i = rng.uniform(-0.2, 0.9, size=(n, 7)).astype(np.float32)  # test images x 7 bank captions
     np.save(tmp_path / "bi.npy", bank_i2t)
     beta, k = 10.0, 2
-    from xmr.config import load_array_params
+    from xmr.config.loader import load_array_params
 
     given = {"beta": beta, "k": k, "bank_i2t": str(tmp_path / "bi.npy"), "bank_t2i": bank_t2i}
     with pytest.raises(XmrError, match="pass the array"):  # re-ranking opens no files

@@ -5,7 +5,7 @@ formulas."""
 import numpy as np
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.rerank import rerank
 
 # 3 images x 6 captions (2 per image), every similarity in [0.980, 0.990]
@@ -58,7 +58,7 @@ def test_without_validation_statistics_it_says_what_to_do():
 
 
 def test_a_reading_is_a_target_suffix(tmp_path):
-    from xmr.layout import parse_target
+    from xmr.run.layout import parse_target
 
     (tmp_path / "recipes" / "synth").mkdir(parents=True)
     (tmp_path / "recipes" / "synth" / "dvse.yaml").write_text("method: dvse\n")

@@ -30,8 +30,8 @@ def test_resume_with_another_process_count_says_the_global_batch_changed(tiny_sy
     (train.batch_size per process x processes) is not what it was."""
     import torch
 
-    from xmr.run_config import load_run_config
-    from xmr.io import load_checkpoint
+    from xmr.run.config import load_run_config
+    from xmr.core.io import load_checkpoint
     from xmr.train.trainer import train
 
     cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_world", train={"epochs": 2, "batch_size": 16}))
@@ -56,7 +56,7 @@ def test_changed_training_features_start_the_run_over(tiny_synth, tmp_path, caps
 
     import h5py
 
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import train
 
     feats = tmp_path / "features"

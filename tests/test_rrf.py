@@ -12,16 +12,16 @@ import torch
 import yaml
 
 from xmr.cli import main as xmr_main
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
 from xmr.losses.bi_rank import bi_rank_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.rrf import RecurrentResidualFusion, RRFBranch, RRFNet, RRFNetModel
-from xmr.workflow_inputs import recipe_text_feature_files
+from xmr.planning.workflow_inputs import recipe_text_feature_files
 from xmr.models.text_precomputed import PrecomputedTextEncoder
 from xmr.text.hglmm import HGLMMModel
 from xmr.train.trainer import train
-from xmr.inference import score_split
+from xmr.inference.model import score_split
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,7 +190,7 @@ def tiny_hglmm(tiny_synth, module_tmp):
 
 
 def test_text_features_files(tiny_hglmm, tiny_synth):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data import load_split
 
     model = HGLMMModel.load(tiny_hglmm["dir"] / "model.npz")

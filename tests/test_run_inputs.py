@@ -1,4 +1,4 @@
-"""One record of what a run reads (xmr/run_inputs.py): rebuilding any input of the training split (image features,
+"""One record of what a run reads (xmr/run/inputs.py): rebuilding any input of the training split (image features,
 precomputed text features, annotations, backbone weights) stops a run from resuming onto its old last.pt, and
 rebuilding any input of a split makes that split's gallery cache stale. Before the record, the resume digest left
 out precomputed text features: an RRF run resumed from a last.pt made with old HGLMM features."""
@@ -15,13 +15,13 @@ import pytest
 from conftest import TinySynth
 
 from xmr.data import load_split
-from xmr.gallery_cache import read_gallery
-from xmr.inference import score_split
-from xmr.run_config import load_run_config, load_saved_config
-from xmr.run_inputs import RunInputs
+from xmr.run.gallery_cache import read_gallery
+from xmr.inference.model import score_split
+from xmr.run.config import load_run_config, load_saved_config
+from xmr.run.inputs import RunInputs
 from xmr.text.hglmm import write_text_features
 from xmr.train.trainer import train
-from xmr.run_settings import run_settings
+from xmr.settings.run_settings import run_settings
 
 RESTART = "was trained with other input files"
 
@@ -36,7 +36,7 @@ def own_synth(tiny_synth, tmp_path) -> TinySynth:
     ds_file = root / "config" / "datasets" / "synth.yaml"
     ds_file.write_text(ds_file.read_text().replace(str(tiny_synth.root), str(root)))
     synth = TinySynth(root)
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
 
     dcfg = load_dataset_config("synth", synth.config_dir)
     rng = np.random.default_rng(0)
@@ -115,8 +115,8 @@ def test_rebuilt_backbone_weights_block_the_resume_of_an_end_to_end_run(own_synt
 
 
 def test_the_workflow_the_gallery_and_the_digest_name_the_same_files(own_synth):
-    from xmr.gallery_cache import input_files
-    from xmr.workflow_inputs import run_split_inputs
+    from xmr.planning.workflow_inputs import run_split_inputs
+    from xmr.run.gallery_cache import input_files
 
     cfg = load_run_config(own_synth.recipe("rrf", name="rrf_files", features={
         "backbone": "efficientnet_lite0", "dir": str(own_synth.features_dir), "text": "toytext"}))

@@ -1,4 +1,4 @@
-"""The run key (xmr.layout.RunKey): every kind of run has one path grammar, read back by the same module, and the
+"""The run key (xmr.run.layout.RunKey): every kind of run has one path grammar, read back by the same module, and the
 workflow's inputs and job requests come from it alike for recipes, experiment variants and benchmark variants."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xmr.errors import XmrError
-from xmr.jobs import extract_workers, train_job
-from xmr.layout import RUN_PATTERN, RunKey, result_pattern
-from xmr.workflow_inputs import (feature_dirs, image_inputs, parse_result, rerank_inputs, rerank_options,
-                                 run_config, run_config_files, run_inputs, text_feature_files)
+from xmr.core.errors import XmrError
+from xmr.planning.jobs import extract_workers, train_job
+from xmr.planning.workflow_inputs import (feature_dirs, image_inputs, parse_result, rerank_inputs, rerank_options,
+                                          run_config, run_config_files, run_inputs, text_feature_files)
+from xmr.run.layout import RUN_PATTERN, RunKey, result_pattern
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,11 +153,12 @@ def test_a_rerankers_extra_inputs_come_from_its_spec():
 
 
 def test_after_failure_names_each_failed_jobs_error_line(tmp_path):
-    """The workflow's onerror handler (xmr.workflow_inputs.after_failure): for each job Snakemake's scheduler holds as
-    failed, the xmr error line of its log, or, without one (a killed process, a shell's message), its last line."""
+    """The workflow's onerror handler (xmr.planning.workflow_inputs.after_failure): for each job Snakemake's
+    scheduler holds as failed, the xmr error line of its log, or, without one (a killed process, a shell's message),
+    its last line."""
     from types import SimpleNamespace
 
-    from xmr.workflow_inputs import AFTER_FAILURE, after_failure
+    from xmr.planning.workflow_inputs import AFTER_FAILURE, after_failure
 
     logs = {"extract": "loading\nxmr extract: error: data/x/images/a.png: image not found\n\n",
             "train": "epoch 1/30 loss=1.0\nepoch 2/30 loss=0.9\n"}

@@ -1,4 +1,4 @@
-"""One writer per run directory (xmr/run_lock.py): a second `xmr train` on a live run exits in one line naming the
+"""One writer per run directory (xmr/run/lock.py): a second `xmr train` on a live run exits in one line naming the
 holder; a lock file left by a killed writer is taken over with a log line; DDP takes one lock per training."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from xmr.errors import XmrError
-from xmr.run_lock import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
+from xmr.core.errors import XmrError
+from xmr.run.lock import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
 
 from conftest import xmr_env
 
-HOLD = ("import sys, time; from xmr.run_lock import RunLock; RunLock(sys.argv[1]).acquire(); "
+HOLD = ("import sys, time; from xmr.run.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)")
 
 

@@ -11,7 +11,7 @@ import signal
 import pytest
 from conftest import run_xmr, train_cli
 
-from xmr.progress import parse_line
+from xmr.core.progress import parse_line
 
 
 def _rows(out):
@@ -92,7 +92,7 @@ def test_killed_training_started_over_is_marked_killed(tracked, tmp_path):
 
 def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):
     """What extraction logs with --no-progress: a line every `every` batches, the throughput at the end."""
-    from xmr.progress import bar
+    from xmr.core.progress import bar
 
     log = bar(total=10, initial=2, desc="extract synth/train", unit="img", progress=False, every=2)
     for _ in range(4):  # 4 batches of 2 images after 2 already done (a resumed extraction)
@@ -108,7 +108,7 @@ def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):
 def test_an_rsum_below_100_is_printed_with_one_decimal_like_one_above():
     """The epoch line printed `val_rsum=99.4400` for an RSUM under 100 and `val_rsum=113.1` above it; a loss
     keeps its four decimals."""
-    from xmr.progress import log_line
+    from xmr.core.progress import log_line
 
     line = log_line("epoch 1/3", loss=53.54891, val_rsum=99.44, samples_per_s=650.51)
     assert line == "epoch 1/3 loss=53.5489 val_rsum=99.4 samples_per_s=650.5"

@@ -1,6 +1,6 @@
-"""The typed settings of a run (xmr/run_settings.py) against the run schema, as the methods' settings are held to
-theirs (tests/test_method_conformance.py): every field names a schema key or is one of the few derived ones; every
-key of the sections the settings own is some class's field, and only one's; a config with nothing set gives each
+"""The typed settings of a run (xmr/settings/run_settings.py) against the run schema, as the methods' settings are
+held to theirs (tests/test_method_conformance.py): every field names a schema key or is one of the few derived ones;
+every key of the sections the settings own is some class's field, and only one's; a config with nothing set gives each
 field the schema's default. Then the derived values, worked out by hand, and the rule that the parts below the
 trainer take settings, not the run config."""
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from xmr.config import validate
-from xmr.errors import XmrError
-from xmr.run_config import run_schema
-from xmr.run_settings import (SETTINGS_CLASSES, ImageInput, RunSettings, Stopping, Tracking, _fill, run_settings,
-                              settings_fields)
+from xmr.config.loader import validate
+from xmr.core.errors import XmrError
+from xmr.run.config import run_schema
+from xmr.settings.run_settings import (SETTINGS_CLASSES, ImageInput, RunSettings, Stopping, Tracking, _fill,
+                                       run_settings, settings_fields)
 
 XMR = Path(__file__).resolve().parents[1] / "xmr"
 # the sections the settings own, whole; the method's door reads model, loss, eval scoring and the encoder's text
@@ -141,8 +141,8 @@ def test_an_end_to_end_input_is_decided_and_checked_in_one_place(tmp_path):
 
 
 # the modules below the trainer on its set-up path: each takes typed settings, none the run config
-BELOW_THE_TRAINER = ("loaders.py", "train/samplers.py", "train/stopping.py", "train/schedule.py",
-                     "models/image_backbone.py", "run_inputs.py", "features/extract.py")
+BELOW_THE_TRAINER = ("inference/loaders.py", "train/samplers.py", "train/stopping.py", "train/schedule.py",
+                     "models/image_backbone.py", "run/inputs.py", "features/extract.py")
 
 
 def cfg_parameters(path: Path) -> list[str]:

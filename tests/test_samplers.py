@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.train.samplers import OnePerClassBatchSampler, first_appearances, positive_mask
-from xmr.run_settings import run_settings
+from xmr.settings.run_settings import run_settings
 
 # 10 pairs of 4 classes: class 0 has pairs 0-3, class 1 pairs 4-5, class 2 pairs 6-8, class 3 pair 9
 CLASSES = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 3])
@@ -85,7 +85,7 @@ def test_caption_text_positives_by_hand():
 
 
 def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import train
 
     # tiny synth: 48 images x 5 captions, labelled with their main shape (fewer classes than pairs)
@@ -99,7 +99,7 @@ def test_trainer_runs_one_per_class_with_class_positives(tiny_synth, tmp_path):
 def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch):
     """With train.positives: caption_text every loss call gets the mask of the batch's own caption texts: a
     caption with the same words as one of image i's captions is a positive for image i, whatever its image."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.data import load_split
     from xmr.methods.vsepp import VSEPP
     from xmr.train.trainer import train
@@ -131,7 +131,7 @@ def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch
         return original(self, fwd, pos_mask, epoch)
 
     monkeypatch.setattr(VSEPP, "compute_loss", spy)
-    from xmr import loaders as train_data_module
+    from xmr.inference import loaders as train_data_module
     batches = []
     collate = train_data_module.PairCollate.__call__
 
@@ -200,7 +200,7 @@ def test_gathered_loss_gradient_equals_one_process_on_the_global_batch(tmp_path)
 
 
 def test_gather_negatives_is_refused_for_methods_with_per_batch_state(tiny_synth, tmp_path):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train.trainer import train
 
     recipe = tiny_synth.recipe("coder", name="coder_gather", train={"gather_negatives": True})
@@ -232,11 +232,11 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     """The trainer's own step (TrainStep; DDP-wrapped when ``ctx`` is enabled) of a method's synth recipe, shrunk,
     on pairs ``rows`` of ``inputs``: the loss terms, each parameter's gradient and value after the optimizer step,
     and the buffers."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.text.vocab import SPECIALS
     from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
-    from xmr.inference import model_from_config
-    from xmr.utils import seed_everything
+    from xmr.inference.model import model_from_config
+    from xmr.core.utils import seed_everything
 
     method = inputs["method"]
     cfg = load_run_config(str(STEP_ROOT / f"config/recipes/synth/{method.removesuffix('_by_image')}.yaml"),

@@ -9,7 +9,7 @@ from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.set_regularizers import gram_diversity, mmd_rbf, pairwise_uniformity
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import subembedding_sigma, variance_aware_loss
-from xmr.similarity import set_similarity
+from xmr.similarity.measures import set_similarity
 
 R2 = math.sqrt(2.0)
 
@@ -221,7 +221,7 @@ def test_variance_aware_summed_hinges_by_hand():
 
 
 def test_pvse_warmup_sums_hinges_then_takes_the_hardest(tiny_synth):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.methods.base import METHODS
 
     vocab = ["<pad>", "<unk>", "<start>", "<end>", "a", "red", "circle", "blue", "square"]

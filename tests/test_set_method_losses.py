@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.methods import METHODS
 from xmr.text.vocab import SPECIALS
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xmr.evaluation.set_stats import correlation_matrix, mean_off_diagonal, set_statistics, slot_usage
-from xmr.run_settings import run_settings
+from xmr.settings.run_settings import run_settings
 
 
 def test_correlation_matrix_by_hand():
@@ -65,8 +65,8 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
     """`xmr train`, `xmr score`, `xmr test` (the demo's chain): the results file carries the set statistics of the
     test split, equal to what the library computes from the model's own sub-embeddings."""
     from tests.conftest import run_xmr
-    from xmr.inference import encode_split_of, load_trained
-    from xmr.loaders import ImageDataset, collate_images, load_split_with_features
+    from xmr.inference.loaders import ImageDataset, collate_images, load_split_with_features
+    from xmr.inference.model import encode_split_of, load_trained
 
     recipe = tiny_synth.recipe("dvse", name="dvse_sets", model={"num_embeds": 3},
                                     text={"word_vectors": None, "word_dim": 16})

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
-from xmr.similarity import SIMILARITIES, compute_similarity, set_similarity
+from xmr.core.errors import XmrError
+from xmr.similarity.measures import SIMILARITIES, compute_similarity, set_similarity
 
 
 def _unit(v):

@@ -28,7 +28,7 @@ class ScriptedValidation:
 
 
 def run(tiny_synth, tmp_path, monkeypatch, name, curve, train_sections, schedule, fail_at=None):
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.train import trainer
 
     script = ScriptedValidation(curve, fail_at)
@@ -111,7 +111,7 @@ def test_without_the_rule_the_run_trains_its_epochs(tiny_synth, tmp_path, monkey
 
 
 def test_a_killed_run_resumes_with_its_stopping_state(tiny_synth, tmp_path, monkeypatch):
-    from xmr.io import load_checkpoint
+    from xmr.core.io import load_checkpoint
     from xmr.train.trainer import train
 
     curve = [10, 20, 30, 29, 30, 40, 41, 40, 39, 50]
@@ -136,8 +136,8 @@ def test_a_killed_run_resumes_with_its_stopping_state(tiny_synth, tmp_path, monk
 
 
 def test_the_rule_needs_validation_every_epoch(tiny_synth, tmp_path):
-    from xmr.run_config import load_run_config
-    from xmr.errors import XmrError
+    from xmr.run.config import load_run_config
+    from xmr.core.errors import XmrError
     from xmr.train.trainer import train
 
     cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_val2", train={

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.text.word_vectors import embedding_matrix, load_word_vectors, read_text_vectors, read_word2vec_binary
 
 

@@ -10,14 +10,14 @@ import torch
 from conftest import REPO, history_rows, train_cli
 from PIL import Image
 
-from xmr.run_config import load_run_config
-from xmr.errors import XmrError
+from xmr.run.config import load_run_config
+from xmr.core.errors import XmrError
 from xmr.features.backbones import build_backbone
-from xmr.io import load_checkpoint
-from xmr.loaders import TrainAugment
+from xmr.core.io import load_checkpoint
+from xmr.inference.loaders import TrainAugment
 from xmr.models.image_backbone import FinetunedBackbone
 from xmr.train.trainer import build_optimizer, train
-from xmr.inference import model_from_config, score_split
+from xmr.inference.model import model_from_config, score_split
 
 E2E = {"source": "images"}
 
@@ -210,7 +210,7 @@ def test_killed_e2e_run_resumes_to_the_same_result(tiny_synth, tmp_path):
 
 
 def test_workflow_inputs_of_e2e_recipes_are_the_annotations():
-    from xmr.workflow_inputs import recipe_image_inputs
+    from xmr.planning.workflow_inputs import recipe_image_inputs
 
     cfg_dir = REPO / "config"
     assert recipe_image_inputs("synth", "vse_inf_e2e", "train", cfg_dir) == ["data/synth/dataset_synth.json"]

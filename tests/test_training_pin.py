@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.train.trainer import train
 
 HISTORY = Path(__file__).resolve().parent / "fixtures" / "old_run" / "vsepp" / "history.csv"

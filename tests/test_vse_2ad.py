@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.losses.adaptive_objective import adopt_direction, adopt_loss, adopt_num_negatives
 from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
 
@@ -162,7 +162,7 @@ def loss_only_model(*overrides):
     """A VSE2AD whose compute_loss sees the loss config of the synth recipe plus ``overrides`` (no weights)."""
     from pathlib import Path
 
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
     from xmr.methods.base import settings_from
     from xmr.methods.vse_2ad import VSE2AD
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER_RECIPES = [f"{ds}/{name}" for ds in ("coco", "f30k") for name in ("vse_2ad", "vse_2ad_bert")]

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.commands.dvc_targets import dvc_snakemake_targets
-from xmr.workflow_inputs import planned_runs, training_count_message
+from xmr.planning.workflow_inputs import planned_runs, training_count_message
 
 
 class FakeExperiment:
-    """The three things planned_runs reads of an xmr.experiments.Experiment."""
+    """The three things planned_runs reads of an xmr.studies.experiments.Experiment."""
 
     def __init__(self, name, recipe, variants, datasets=("synth",)):
         self.name, self.recipe, self.variants, self.datasets = name, recipe, variants, datasets

@@ -16,7 +16,7 @@ from typing import NoReturn, Sequence
 
 import xmr.commands
 from xmr import __version__
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from xmr.reproducibility import portable_cpu_numerics
+    from xmr.core.reproducibility import portable_cpu_numerics
 
     portable_cpu_numerics()  # before anything imports torch: the AVX2 pins where XMR_PORTABLE_CPU=1 asks for them
     parser = build_parser()

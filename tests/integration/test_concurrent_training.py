@@ -1,5 +1,5 @@
 """8 trainings at once logging to one MLflow store, the default SQLite file and `xmr mlflow-server` (docs/faults.md):
-no run and no metric is lost, and no "database is locked" reaches the user (xmr.tracking.retry_locked)."""
+no run and no metric is lost, and no "database is locked" reaches the user (xmr.run.tracking.retry_locked)."""
 
 from __future__ import annotations
 

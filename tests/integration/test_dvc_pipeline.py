@@ -175,7 +175,7 @@ def test_dvc_repro_of_the_demos_stages_right_after_the_demo_rebuilds_nothing(dvc
 def test_training_through_snakemake_logs_one_line_per_epoch(dvc_repo):
     """The workflow runs `xmr train --no-progress > log`: the log still has loss, validation RSUM and samples/s
     for every epoch."""
-    from xmr.progress import parse_line
+    from xmr.core.progress import parse_line
 
     root, _ = dvc_repo
     epochs = yaml.safe_load((root / VSEPP).read_text())["train"]["epochs"]

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from xmr.cli import main
-from xmr.run_config import load_run_config
+from xmr.run.config import load_run_config
 from xmr.report.tables import result_rows
-from xmr.results import evaluate_run, write_results
+from xmr.run.results import evaluate_run, write_results
 from xmr.train.trainer import train
-from xmr.inference import score_split
+from xmr.inference.model import score_split
 
 from .helpers import REPO, stop_group
 
@@ -118,7 +118,7 @@ RACE = """
 import os, sys, time
 from pathlib import Path
 import mlflow
-from xmr.tracking import Tracker
+from xmr.run.tracking import Tracker
 Path(sys.argv[1] + "." + sys.argv[2]).touch()  # imported: ready
 go = Path(sys.argv[1])
 while not go.exists():
@@ -131,7 +131,7 @@ with tracker.run("xmr/synth", sys.argv[2], tags={"recipe": sys.argv[2]}):
 
 
 def test_concurrent_first_use_of_one_sqlite_store(tmp_path, store):
-    """Three processes open a new SQLite store at the same instant. Without xmr.tracking.store_lock MLflow's
+    """Three processes open a new SQLite store at the same instant. Without xmr.run.tracking.store_lock MLflow's
     schema migrations race ("table metrics already exists", "duplicate column name: step"): in each of 5 tries
     on this machine, 2 of the 3 processes crashed. With it, every run and every metric point lands."""
     go = tmp_path / "go"
@@ -157,7 +157,7 @@ def test_sweep_of_two_concurrent_trainings_nests_under_a_parent(tiny_synth, tmp_
     nested under the parent through $XMR_PARENT_RUN_ID; the table lists both children."""
     recipe = tiny_synth.recipe("vsepp", name="vsepp_sweep", tracking={"enabled": True}, train={"epochs": 2})
     client = mlflow.MlflowClient(store)
-    from xmr.tracking import prepare_store
+    from xmr.run.tracking import prepare_store
 
     exp_id = prepare_store("xmr/synth", store)
     parent = client.create_run(exp_id, run_name="lr_sweep").info.run_id

@@ -71,10 +71,10 @@ def test_mlflow_ui_shows_the_run_and_its_rsum(tiny_synth, tmp_path, monkeypatch)
     with mlflow_server(tmp_path / "server") as (url, artifacts):
         import mlflow
 
-        from xmr.run_config import load_run_config
-        from xmr.results import evaluate_run
+        from xmr.run.config import load_run_config
+        from xmr.run.results import evaluate_run
         from xmr.train.trainer import train
-        from xmr.inference import score_split
+        from xmr.inference.model import score_split
 
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         cfg = load_run_config(tiny_synth.recipe("vsepp", name="vsepp_ui", tracking={"enabled": True}))

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from xmr.zoo import zoo_entries
+from xmr.studies.zoo import zoo_entries
 
 from .helpers import BIN, REPO, copy_repo, run, tool_env
 

@@ -29,7 +29,7 @@ def test_typo_in_a_snakemake_target_is_one_line():
 
 
 def test_benchmark_dry_run_says_how_many_trainings_it_implies():
-    from xmr.benchmark import load_benchmark
+    from xmr.studies.benchmark import load_benchmark
 
     bench = load_benchmark(REPO / "config" / "benchmark" / "benchmark.yaml", REPO / "config")
     n = len(bench.variants) * len(bench.seeds)  # one training per variant x seed

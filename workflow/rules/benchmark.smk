@@ -1,12 +1,12 @@
-# The seeded benchmark (config/benchmark/{bench}.yaml; xmr/benchmark.py, docs/benchmark.md): every variant x seed
-# is a run (run key bench/{bench}/{variant}/s{seed}) trained, scored and evaluated by the one chain (train.smk,
+# The seeded benchmark (config/benchmark/{bench}.yaml; xmr/studies/benchmark.py, docs/benchmark.md): every variant x
+# seed is a run (run key bench/{bench}/{variant}/s{seed}) trained, scored and evaluated by the one chain (train.smk,
 # evaluate.smk), plain and with each re-ranker into one results file per run, then gathered into
 # results/{dataset}/{bench}.md (+ .csv/.json/.png) and the claims table results/{dataset}/{bench}_claims.md.
 #
 #   snakemake -c2 results/synth/benchmark.md
 
-from xmr.benchmark import benchmark_names, load_benchmark
-from xmr.workflow_inputs import announce_trainings
+from xmr.planning.workflow_inputs import announce_trainings
+from xmr.studies.benchmark import benchmark_names, load_benchmark
 
 
 wildcard_constraints:

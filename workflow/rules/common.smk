@@ -3,15 +3,15 @@ from functools import lru_cache
 
 from snakemake.utils import min_version
 
-from xmr.doctor import workflow_preflight
-from xmr.tracking import warn_cluster_sqlite
-from xmr.jobs import extract_workers, job_resource, train_job
-from xmr.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
-from xmr.workflow_inputs import (after_failure, checkpoint_inputs, checkpoint_recipe_pattern, feature_dirs_pattern,
-                                 precomputed_backbone_pattern, precomputed_import, parse_result,
-                                 requested_target_error, rerank_inputs, rerank_options, run_config, run_inputs,
-                                 run_split_inputs, stop_on_xmr_error,
-                                 validate_workflow_config)
+from xmr.planning.doctor import workflow_preflight
+from xmr.run.tracking import warn_cluster_sqlite
+from xmr.planning.jobs import extract_workers, job_resource, train_job
+from xmr.run.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
+from xmr.planning.workflow_inputs import (after_failure, checkpoint_inputs, checkpoint_recipe_pattern,
+                                          feature_dirs_pattern, precomputed_backbone_pattern, precomputed_import,
+                                          parse_result, requested_target_error, rerank_inputs, rerank_options,
+                                          run_config, run_inputs, run_split_inputs, stop_on_xmr_error,
+                                          validate_workflow_config)
 
 min_version("9.0")
 
@@ -48,8 +48,8 @@ wildcard_constraints:
     split="[a-z]+",
     recipe="[a-z0-9_]+",
     target="[a-z0-9_]+",
-    # one run key for every kind of run (xmr.layout.RunKey): {recipe}, exp/{experiment}/{variant},
-    # bench/{bench}/{variant}/s{seed}; results files likewise (xmr.workflow_inputs.parse_result)
+    # one run key for every kind of run (xmr.run.layout.RunKey): {recipe}, exp/{experiment}/{variant},
+    # bench/{bench}/{variant}/s{seed}; results files likewise (xmr.planning.workflow_inputs.parse_result)
     run=RUN_PATTERN,
     result=result_pattern(),
     # the feature folders the recipes name (features.dir; default features/)
@@ -57,7 +57,7 @@ wildcard_constraints:
 
 
 def res(kind, key):
-    """Resource `key` of job kind `kind` (xmr.jobs.job_resource: per dataset, per split for extraction)."""
+    """Resource `key` of job kind `kind` (xmr.planning.jobs.job_resource: per dataset, per split for extraction)."""
 
     def f(wildcards):
         return job_resource(config["resources"], kind, key, wildcards.get("dataset", ""), wildcards.get("split", ""))
@@ -77,7 +77,8 @@ def config_of(key):
 
 
 def inputs_of(stage):
-    """The input files of a run's `stage` job (xmr.workflow_inputs: run_inputs, or run_split_inputs for a split)."""
+    """The input files of a run's `stage` job (xmr.planning.workflow_inputs: run_inputs, or run_split_inputs for a
+    split)."""
 
     def f(wc):
         key = run_key(wc)
@@ -89,8 +90,8 @@ def inputs_of(stage):
 
 
 def train_res(key):
-    """Item `key` of the training job (xmr.jobs.train_job): DDP launch and resources, the same for every run kind;
-    a run's own train.threads (the benchmark's one-thread trainings) sets its cores."""
+    """Item `key` of the training job (xmr.planning.jobs.train_job): DDP launch and resources, the same for every run
+    kind; a run's own train.threads (the benchmark's one-thread trainings) sets its cores."""
 
     def f(wc):
         threads = config_of(run_key(wc))["train"]["threads"]

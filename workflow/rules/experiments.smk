@@ -6,8 +6,8 @@
 #   snakemake -c2 results/synth/exp/dvse_k_sweep/table.md     # one experiment
 #   snakemake -c2 experiments                                  # every experiment of the default dataset
 
-from xmr.experiments import list_experiments, load_experiment, resolve_variant
-from xmr.workflow_inputs import announce_trainings, planned_runs
+from xmr.planning.workflow_inputs import announce_trainings, planned_runs
+from xmr.studies.experiments import list_experiments, load_experiment, resolve_variant
 
 
 wildcard_constraints:

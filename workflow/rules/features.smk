@@ -3,7 +3,7 @@
 
 
 def dataset_annotations(wc):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
 
     ds = load_dataset_config(wc.dataset)
     return ds.get("annotations", [])
@@ -34,7 +34,7 @@ rule extract:
 # holds it, import it (in the dataset's Karpathy order) instead of extracting with detectron2. Without that
 # folder Snakemake falls back to `extract`. Other imports (BUTD TSV): `xmr import-features`, docs/datasets.md.
 def scan_precomp_inputs(wc):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.features.importers import scan_source_split
 
     ds = load_dataset_config(wc.dataset)

@@ -6,9 +6,9 @@
 
 from pathlib import Path
 
-from xmr.experiments import load_experiment
+from xmr.planning.workflow_inputs import announce_trainings, planned_runs
 from xmr.report.settings import doc_section, readme_parts, report_methods, report_settings, results_page
-from xmr.workflow_inputs import announce_trainings, planned_runs
+from xmr.studies.experiments import load_experiment
 
 
 rule score_split:

@@ -3,7 +3,7 @@
 
 
 def text_feature_annotations(wc):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
 
     return load_dataset_config(wc.dataset).get("annotations", [])
 

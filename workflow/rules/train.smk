@@ -1,5 +1,5 @@
 # The one train -> score chain of every run (recipes, experiment variants, benchmark variants x seeds):
-# runs/{dataset}/{run}/ with {run} a run key (xmr.layout.RunKey). `xmr train --run` resolves the run's config
+# runs/{dataset}/{run}/ with {run} a run key (xmr.run.layout.RunKey). `xmr train --run` resolves the run's config
 # from its key; the DDP launch, feature sources and features.dir hold for every kind alike.
 
 

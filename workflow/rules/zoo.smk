@@ -3,7 +3,7 @@
 #
 #   snakemake -c1 docs/model_zoo.md
 
-from xmr.zoo import zoo_page_inputs
+from xmr.studies.zoo import zoo_page_inputs
 
 
 rule model_zoo:

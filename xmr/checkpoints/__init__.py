@@ -2,7 +2,7 @@
 :class:`~xmr.checkpoints.base.CheckpointFormat` (discovered automatically)."""
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel
-from xmr.registry import import_submodules
+from xmr.core.registry import import_submodules
 
 import_submodules("xmr.checkpoints")
 

@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from xmr.errors import XmrError
-from xmr.registry import Registry
+from xmr.core.errors import XmrError
+from xmr.core.registry import Registry
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.features.backbones import TRUNK_INDEX
 from xmr.text.vocab import SPECIALS
 

@@ -1,6 +1,6 @@
 """``xmr import-checkpoint``: an official checkpoint -> an ordinary xmr run directory.
 
-The run directory holds what a trained run's does for evaluation: ``best.pt`` (``xmr.checkpoint_files.BEST_KEYS``,
+The run directory holds what a trained run's does for evaluation: ``best.pt`` (``xmr.run.checkpoint_files.BEST_KEYS``,
 ``weights_only``-loadable), the resolved ``config.yaml``, ``vocab.json`` (BiGRU models) and ``provenance.json``
 (source file and its SHA-256, format, options, what the format reported). Everything is built in a temporary
 folder beside the output and moved in at the end, so an error leaves no run directory behind.
@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, ImportedModel, check_state_keys
-from xmr.errors import XmrError
-from xmr.run_settings import ImageInput, run_settings
+from xmr.core.errors import XmrError
+from xmr.settings.run_settings import ImageInput, run_settings
 
 #: what ``import_checkpoint`` writes into the run directory
 RUN_FILES = ("best.pt", "config.yaml", "vocab.json", "provenance.json")
@@ -25,7 +25,7 @@ RUN_FILES = ("best.pt", "config.yaml", "vocab.json", "provenance.json")
 
 def checkpoint_spec(recipe: str | os.PathLike) -> dict:
     """The ``checkpoint:`` section of a recipe (validated), or an error saying the recipe trains instead."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     cfg = load_run_config(recipe)
     if not cfg.get("checkpoint"):
@@ -38,8 +38,8 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
                    backbone: str = "", src: str | os.PathLike | None = None) -> dict:
     """The run config: the recipe (or the method's config with ``dataset`` and the format's ``backbone``), the
     overrides, then the sections the checkpoint fixes, validated as any run config."""
-    from xmr.run_config import load_run_config
-    from xmr.layout import method_config_path
+    from xmr.run.config import load_run_config
+    from xmr.run.layout import method_config_path
 
     sections = dict(imported.config)
     user_backbone = any(o.startswith("features.backbone=") for o in overrides)
@@ -76,8 +76,8 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
 def backbone_feature_dim(backbone_cfg: dict) -> int | None:
     """The feature size of a config/backbones.yaml entry without building it: its ``feature_dim`` (precomputed-only
     entries), else the fixed size of its backbone class; ``None`` where only building it would tell."""
+    from xmr.core.registry import import_submodules
     from xmr.features.backbones import BACKBONES
-    from xmr.registry import import_submodules
 
     if backbone_cfg.get("feature_dim"):
         return int(backbone_cfg["feature_dim"])
@@ -106,10 +106,10 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     """Convert ``src`` (format ``fmt``) into the run directory ``out``; a recipe's ``checkpoint:`` section gives
     the format, file, vocabulary and options not passed explicitly. Returns ``out``."""
     from xmr.checkpoints.base import plain_data
-    from xmr.inference import model_from_config
-    from xmr.io import sha256_file, write_json
-    from xmr.checkpoint_files import BEST, write_best
-    from xmr.io import load_checkpoint
+    from xmr.inference.model import model_from_config
+    from xmr.core.io import sha256_file, write_json
+    from xmr.run.checkpoint_files import BEST, write_best
+    from xmr.core.io import load_checkpoint
 
     out = Path(out)
     spec = checkpoint_spec(recipe) if recipe is not None else {}

@@ -28,7 +28,7 @@ from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, Imported
                                   plain_data, strip_prefix)
 from xmr.checkpoints.common import (REFERENCE_TOKENS, check_options, float32_state, option, reference_vocab_words,
                                     take_image_cnn, to_xmr_vocab, words_by_index)
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.methods.pcme import LOG_SCORE_RERANKERS, SCORE_MEASURES
 
 OPTIONS = ("num_samples", "eval_seed", "score", "image_input")

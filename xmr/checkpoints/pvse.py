@@ -29,7 +29,7 @@ import torch
 from xmr.checkpoints.base import CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, strip_prefix
 from xmr.checkpoints.common import (REFERENCE_TOKENS, check_options, float32_state, option, reference_vocab_words,
                                     take_image_cnn, to_xmr_vocab)
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 OPTIONS = ("num_embeds", "img_attention", "txt_attention", "legacy", "image_input")
 # reference PIENet / MultiHeadSelfAttention names -> xmr's

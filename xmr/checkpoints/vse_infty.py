@@ -33,7 +33,7 @@ import torch
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_official, map_encoders,
                                   plain_data, strip_prefix)
 from xmr.features.backbones import TRUNK_INDEX
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 PUBLISHED_AT = ("https://huggingface.co/cccjc/vse-infty (linked from woodfrog/vse_infty's README): folders "
                 "{coco,f30k}_butd_{region,grid}_{bigru,bert}/model_best.pth and {coco,f30k}_wsl_grid_bert/"
@@ -62,7 +62,7 @@ def read_container(src: Path) -> tuple[dict, dict, dict, dict]:
 
 def read_scan_vocab(path: Path, src: Path, rows: int, append_mask: bool = True) -> list[str]:
     """Words of a SCAN vocabulary json in index order (+ ``<mask>``), checked against the embedding's rows."""
-    from xmr.io import read_json
+    from xmr.core.io import read_json
 
     if path.is_file() and path.read_bytes()[:1] == b"\x80":  # pickle protocol >= 2 (VSE++/PVSE's vocab/*.pkl)
         raise XmrError(f"{path}: a pickled vocabulary, but --format vse_infty reads SCAN's vocabulary json; pass "

@@ -17,7 +17,7 @@ from pathlib import Path
 from xmr.checkpoints.base import (CHECKPOINT_FORMATS, CheckpointFormat, ImportedModel, load_plain_pickle,
                                   map_encoders, plain_data)
 from xmr.checkpoints.vse_infty import gru_keys, read_container, vocabulary_rows
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 PUBLISHED_AT = ("https://github.com/fartashf/vsepp (README 'Pre-trained models': runs.tar with "
                 "runs/{coco,f30k}_vse++*/model_best.pth.tar; vocab.tar with vocab/{data_name}_vocab.pkl)")
@@ -95,7 +95,7 @@ def read_vsepp(src: Path, vocab: Path | None, options: dict) -> ImportedModel:
                   "opt": plain_data(opt)}
     if cnn:
         from xmr.checkpoints.vsepp_full import read_full_image
-        from xmr.config import deep_merge
+        from xmr.config.loader import deep_merge
 
         cnn_state, sections, full = read_full_image(cnn, opt, src)
         state.update(cnn_state)

@@ -24,7 +24,7 @@ import torch
 
 from xmr.checkpoints.base import check_state_keys
 from xmr.checkpoints.common import resnet_trunk
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 #: variant -> (the key prefix that identifies it, opt.cnn_type, xmr backbone key)
 VARIANTS = {"resnet152": ("cnn.module.", "resnet152", "resnet152_224_torchvision"),

@@ -16,7 +16,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.benchmark import load_benchmark, write_benchmark
+    from xmr.studies.benchmark import load_benchmark, write_benchmark
 
     bench = load_benchmark(args.benchmark, args.config_dir)
     paths = write_benchmark(bench, args.out_dir, args.results_root, args.runs_root, strict=not args.allow_missing)

@@ -1,4 +1,4 @@
-"""xmr doctor: what a dataset / target needs and what is missing, each with its fix (xmr.doctor)."""
+"""xmr doctor: what a dataset / target needs and what is missing, each with its fix (xmr.planning.doctor)."""
 
 HELP = "preflight: list what results/DATASET/TARGET.json needs, what is missing, and how to fix each piece"
 
@@ -14,8 +14,8 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.doctor import doctor, format_zoo, target_path_dataset, zoo_doctor
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
+    from xmr.planning.doctor import doctor, format_zoo, target_path_dataset, zoo_doctor
 
     if args.zoo:
         if args.dataset or args.target:

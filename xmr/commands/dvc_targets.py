@@ -31,7 +31,7 @@ def dvc_snakemake_targets(lock: str | Path = "dvc.lock", existing_only: bool = T
 
     path = Path(lock)
     if not path.exists():
-        from xmr.errors import XmrError
+        from xmr.core.errors import XmrError
 
         raise XmrError(f"{path} not found: run `dvc repro` (or `dvc pull` in a clone of a reproduced commit) first")
     stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})

@@ -19,8 +19,8 @@ def add_arguments(p):
 def run(args):
     import numpy as np
 
+    from xmr.core.io import atomic_path
     from xmr.evaluation.set_stats import mean_off_diagonal
-    from xmr.io import atomic_path
     from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
 
     m = subembedding_correlation(args.run, args.split, args.kind, args.measure, args.absolute, args.max_images,

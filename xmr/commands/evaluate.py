@@ -49,9 +49,9 @@ def summary(m: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from xmr.config import parse_assignments
-    from xmr.errors import XmrError
-    from xmr.io import load_array
+    from xmr.config.loader import parse_assignments
+    from xmr.core.errors import XmrError
+    from xmr.core.io import load_array
 
     embeddings = [f"--{k}" for k in ("images", "captions") if getattr(args, k)]
     if bool(args.sims) == bool(embeddings):
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
     rows = {}
     if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
-        from xmr.config import load_array_params, load_rerank_rows
+        from xmr.config.loader import load_array_params, load_rerank_rows
         from xmr.rerank import rows_name
 
         rows = load_rerank_rows(rows_name(args.rerank))[1]
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                             rerank=args.rerank, rerank_params=params, ties=args.ties,
                             rerank_defaults=args.rerank_defaults, rerank_rows=rows, device=args.device,
                             timing=args.timing, **labels)
-    from xmr.results import write_results
+    from xmr.run.results import write_results
 
     write_results(metrics, args.out)
     print(summary(metrics))

@@ -16,8 +16,8 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.experiments import load_experiment
     from xmr.report.experiment_table import write_experiment_table
+    from xmr.studies.experiments import load_experiment
 
     exp = load_experiment(args.experiment, args.config_dir)
     dataset = args.dataset or exp.datasets[0]

@@ -4,7 +4,7 @@ HELP = "import a published checkpoint (vsepp, vse_infty, pcme, pvse) as a run di
 
 
 def add_arguments(p):
-    from xmr.registry import RegistryNames
+    from xmr.core.registry import RegistryNames
 
     # a metavar: argparse would list the choices (import the formats, and torch) while building the parser
     p.add_argument("--format", choices=RegistryNames("xmr.checkpoints", "CHECKPOINT_FORMATS"), metavar="FORMAT",
@@ -25,7 +25,7 @@ def add_arguments(p):
 
 def run(args):
     from xmr.checkpoints.importer import import_checkpoint
-    from xmr.config import parse_assignments
+    from xmr.config.loader import parse_assignments
 
     out = import_checkpoint(args.out, fmt=args.format, src=args.src, vocab=args.vocab, recipe=args.recipe,
                             dataset=args.dataset, options=parse_assignments(args.option, "--option"), overrides=tuple(args.set),

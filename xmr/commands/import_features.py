@@ -25,12 +25,12 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
     from xmr.features.importers import import_butd_tsv, import_scan, scan_source_split
 
     split = ds = None
     if args.dataset:
-        from xmr.config import load_dataset_config
+        from xmr.config.loader import load_dataset_config
         from xmr.data import load_split
 
         if not args.split:

@@ -10,7 +10,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
     from xmr.data.link import link_dataset
 
     cfg = load_dataset_config(args.dataset, args.config_dir)

@@ -45,7 +45,7 @@ def run(args):
     import os
     import sys
 
-    from xmr.tracking import prepare_store
+    from xmr.run.tracking import prepare_store
 
     cmd = server_command(args)
     if args.print_command:

@@ -16,9 +16,9 @@ def add_arguments(p):
 def run(args):
     import json
 
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
     from xmr.report.tables import COLUMNS, csv_table, markdown_table
-    from xmr.tracking import results_table
+    from xmr.run.tracking import results_table
 
     rows = results_table(args.experiment, uri=args.tracking_uri, all_runs=args.all_runs)
     if args.protocol:

@@ -1,4 +1,4 @@
-"""xmr model-zoo: docs/model_zoo.md from the recipes with a checkpoint: section (xmr.zoo)."""
+"""xmr model-zoo: docs/model_zoo.md from the recipes with a checkpoint: section (xmr.studies.zoo)."""
 
 HELP = ("write the model-zoo page (docs/model_zoo.md): every released model's recipe, where it is published, the "
         "paper's rows and xmr's numbers where a results file exists")
@@ -11,7 +11,7 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.zoo import write_zoo, zoo_entries
+    from xmr.studies.zoo import write_zoo, zoo_entries
 
     out = write_zoo(args.out, args.config_dir, args.results_root)
     print(f"wrote {out} ({len(zoo_entries(args.config_dir))} models)")

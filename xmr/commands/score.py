@@ -14,11 +14,11 @@ def add_arguments(p):
 def run(args):
     import numpy as np
 
-    from xmr.io import atomic_path
-    from xmr.run_config import load_saved_config
+    from xmr.core.io import atomic_path
+    from xmr.run.config import load_saved_config
 
     load_saved_config(args.run)  # a missing or unreadable run directory fails in one line, before torch loads
-    from xmr.inference import score_split
+    from xmr.inference.model import score_split
 
     sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress)
     with atomic_path(args.out, ".npy") as tmp:

@@ -17,8 +17,8 @@ def add_arguments(p):
 def run(args):
     import numpy as np
 
-    from xmr.io import atomic_path
-    from xmr.inference import score_bank
+    from xmr.core.io import atomic_path
+    from xmr.inference.model import score_bank
 
     i2t, t2i, info = score_bank(args.run, args.split, args.max_images or None, args.device,
                                 progress=not args.no_progress)

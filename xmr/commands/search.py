@@ -17,8 +17,8 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.errors import XmrError
-    from xmr.inference import load
+    from xmr.core.errors import XmrError
+    from xmr.inference.model import load
 
     if args.k < 1:
         raise XmrError(f"--k {args.k}: must be at least 1")

@@ -38,7 +38,7 @@ def expand_folders(paths: list[str]) -> list[str]:
     they are (:func:`xmr.report.tables.results_in`: one line for a file that holds no results)."""
     from pathlib import Path
 
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     out = []
     for p in paths:
@@ -96,7 +96,7 @@ def run(args):
     text = "\n".join(parts)
     print(text, end="")
     if args.expect:
-        from xmr.errors import XmrError
+        from xmr.core.errors import XmrError
         from xmr.report.readme import check_rsums, read_section, table_rsums
 
         readme, _, section = args.expect.partition("#")
@@ -105,7 +105,7 @@ def run(args):
         expected = table_rsums(read_section(readme, section), f"{readme}#{section}")
         print(check_rsums(result_rows(expand_folders(results)), expected, args.rsum_tolerance, f"{readme}#{section}"))
     if args.out:
-        from xmr.io import atomic_path
+        from xmr.core.io import atomic_path
 
         with atomic_path(args.out, ".tmp") as tmp:
             tmp.write_text(text)

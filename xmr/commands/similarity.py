@@ -29,8 +29,8 @@ def add_embedding_arguments(p: argparse.ArgumentParser, required: bool) -> None:
 
 def similarity_of_files(args: argparse.Namespace):
     """The (N, M) similarity tensor of ``--images`` and ``--captions`` under ``--measure`` (on ``--device``)."""
-    from xmr.io import load_array
-    from xmr.similarity import MATCH_MEASURES, compute_similarity
+    from xmr.core.io import load_array
+    from xmr.similarity.measures import MATCH_MEASURES, compute_similarity
 
     images = load_array(args.images, "image embeddings", mmap=True)
     captions = load_array(args.captions, "caption embeddings", mmap=True)
@@ -42,8 +42,8 @@ def similarity_of_files(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from xmr.io import atomic_path
-    from xmr.similarity import similarity_to_numpy
+    from xmr.core.io import atomic_path
+    from xmr.similarity.measures import similarity_to_numpy
 
     sims = similarity_of_files(args)
     with atomic_path(args.out, ".npy") as tmp, open(tmp, "wb") as f:

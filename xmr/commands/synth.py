@@ -25,9 +25,9 @@ def run(args):
         print(json.dumps(synth_stats(args.stats, batches=args.batches), indent=2))
         return
 
-    from xmr.config import load_dataset_config, parse_assignments
+    from xmr.config.loader import load_dataset_config, parse_assignments
+    from xmr.core.errors import XmrError
     from xmr.data.synth import generate_synth
-    from xmr.errors import XmrError
 
     cfg = load_dataset_config(args.dataset, args.config_dir)
     if "generate" not in cfg:

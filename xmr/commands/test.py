@@ -22,14 +22,14 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.errors import XmrError
-    from xmr.run_config import load_saved_config
+    from xmr.core.errors import XmrError
+    from xmr.run.config import load_saved_config
 
     load_saved_config(args.run)  # a missing or unreadable run directory fails in one line, before torch loads
-    from xmr.results import evaluate_run, write_results
+    from xmr.run.results import evaluate_run, write_results
 
     if args.reranks:
-        from xmr.results import evaluate_run_many
+        from xmr.run.results import evaluate_run_many
 
         if args.rerank or args.rerank_param:
             raise XmrError("--reranks evaluates each re-ranker with its defaults; drop --rerank/--rerank-param")
@@ -39,7 +39,7 @@ def run(args):
         write_results(res, args.out, args.metrics_out)
         print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
         return
-    from xmr.config import parse_assignments
+    from xmr.config.loader import parse_assignments
 
     params = {}
     for k, v in parse_assignments(args.rerank_param, "--rerank-param", raw=True, form="NAME=VALUE").items():
@@ -59,6 +59,6 @@ def run(args):
 
 def _write_ranks(path, res) -> None:
     if path:
-        from xmr.results import write_query_ranks
+        from xmr.run.results import write_query_ranks
 
         write_query_ranks(path, res)  # pops the arrays: the JSON gets none

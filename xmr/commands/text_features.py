@@ -18,8 +18,8 @@ def add_arguments(p):
 
 
 def run(args):
-    from xmr.config import load_dataset_config
-    from xmr.errors import XmrError
+    from xmr.config.loader import load_dataset_config
+    from xmr.core.errors import XmrError
     from xmr.text.hglmm import compute_text_features, load_text_feature_settings
 
     if not args.fit_split and not args.splits:

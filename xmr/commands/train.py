@@ -28,7 +28,7 @@ def add_arguments(p):
 
 def _source(args) -> list[str]:
     """The run config's source as CLI arguments (--run, --config, or --experiment/--variant/--dataset)."""
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     if args.run:
         if args.config or args.experiment or (args.out_dir and args.out_dir != args.run):
@@ -48,7 +48,7 @@ def _source(args) -> list[str]:
 
 def run(args):
     if args.log:
-        from xmr.progress import append_output_to
+        from xmr.core.progress import append_output_to
 
         append_output_to(args.log)
     source = _source(args)  # before torch is imported: a wrong combination of options fails at once
@@ -60,7 +60,7 @@ def run(args):
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
         child += ["--log", args.log] if args.log else []  # each process appends what it prints
-        from xmr.run_lock import launcher_run_lock
+        from xmr.run.lock import launcher_run_lock
 
         with launcher_run_lock(args.out_dir):  # one lock per training: the children's rank 0 takes none
             return distributed.relaunch(child, args.nproc_per_node, args.nnodes, args.launcher)
@@ -68,7 +68,7 @@ def run(args):
     from xmr.train.trainer import train
 
     cfg = _config(args)
-    from xmr.run_config import command_line_epochs
+    from xmr.run.config import command_line_epochs
 
     note = command_line_epochs(cfg, args.set)
     if note:
@@ -80,15 +80,15 @@ def run(args):
 
 def _config(args) -> dict:
     """The run config of --run, --experiment/--variant or --config, with the --set overrides."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     if args.run:
-        from xmr.layout import RunKey
-        from xmr.workflow_inputs import run_config
+        from xmr.planning.workflow_inputs import run_config
+        from xmr.run.layout import RunKey
 
         return run_config(RunKey.from_run_dir(args.run), args.set)
     if args.experiment:
-        from xmr.experiments import load_experiment, resolve_variant
+        from xmr.studies.experiments import load_experiment, resolve_variant
 
         return resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
     return load_run_config(args.config, args.set)
@@ -96,7 +96,7 @@ def _config(args) -> dict:
 
 def check_inputs(cfg: dict) -> None:
     """Before DDP processes are launched: the dataset's annotations exist (what every process would read first)."""
-    from xmr.io import require_file
+    from xmr.core.io import require_file
 
     ds = cfg["dataset_cfg"]
     if ds.get("annotations"):

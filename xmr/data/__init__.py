@@ -4,8 +4,8 @@ the synthetic set.
 Each reader module registers itself in ``DATASET_READERS`` and is discovered automatically.
 """
 
+from xmr.core.registry import import_submodules
 from xmr.data.base import DATASET_READERS, CaptionedSplit, load_split
-from xmr.registry import import_submodules
 
 import_submodules("xmr.data")
 

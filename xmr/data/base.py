@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from xmr.registry import Registry
+from xmr.core.registry import Registry
 
 #: ``reader(dataset_cfg: dict, split: str) -> CaptionedSplit``; one entry per on-disk format.
 DATASET_READERS: Registry[Callable[[dict, str], "CaptionedSplit"]] = Registry("dataset format")
@@ -54,7 +54,7 @@ class CaptionedSplit:
     def require_images(self, without_images: str) -> None:
         """Raise :class:`XmrError` unless every image file of the split is on disk; ``without_images`` says what
         to do for a features-only dataset (one that lists no image files)."""
-        from xmr.errors import XmrError
+        from xmr.core.errors import XmrError
 
         if len(self.image_paths) != self.num_images:
             raise XmrError(f"dataset {self.name} split {self.split}: no image files (a features-only dataset); "

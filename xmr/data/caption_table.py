@@ -22,10 +22,10 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
+from xmr.core.errors import XmrError
+from xmr.core.io import require_file
 from xmr.data.base import DATASET_READERS, CaptionedSplit
 from xmr.data.karpathy import split_of_images
-from xmr.errors import XmrError
-from xmr.io import require_file
 
 #: a table's separator when the dataset config names none, by file extension
 SEPARATORS = {".csv": ",", ".tsv": "\t"}

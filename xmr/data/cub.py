@@ -42,10 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
+from xmr.core.errors import XmrError
+from xmr.core.io import require_file
 from xmr.data.base import DATASET_READERS, CaptionedSplit
 from xmr.data.karpathy import tokenize
-from xmr.errors import XmrError
-from xmr.io import require_file
 
 #: The 50 unseen test classes (CUB class ids) of Reed et al. 2016 / Xian et al. 2017 as shipped by PCME
 #: (naver-ai/pcme ``datasets/annotations/cub/testclasses.txt``).

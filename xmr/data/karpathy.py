@@ -32,9 +32,9 @@ from typing import Callable, Container
 
 import numpy as np
 
+from xmr.core.errors import XmrError
+from xmr.core.io import require_file
 from xmr.data.base import DATASET_READERS, CaptionedSplit, images_folder
-from xmr.errors import XmrError
-from xmr.io import require_file
 
 
 def read_karpathy_json(path: Path) -> list[dict]:

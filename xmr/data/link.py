@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def path_under_root(ds_cfg: dict, key: str) -> Path | None:
@@ -73,8 +73,8 @@ def linkable_annotations(config_dir: str | os.PathLike = "config") -> dict[str, 
     """Dataset name -> annotations path relative to its root, for every real (not generated) dataset config whose
     annotations lie under its root: the files the Snakemake rule ``link_dataset`` provides. Read when the
     workflow is parsed, so a config that does not load is left out here: its error comes when one of its targets
-    is asked for (:func:`xmr.workflow_inputs.requested_target_error`), not for every target."""
-    from xmr.config import load_dataset_config
+    is asked for (:func:`xmr.planning.workflow_inputs.requested_target_error`), not for every target."""
+    from xmr.config.loader import load_dataset_config
 
     out = {}
     for path in sorted((Path(config_dir) / "datasets").glob("*.yaml")):

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from xmr.core.errors import XmrError
 from xmr.data.base import DATASET_READERS, CaptionedSplit
 from xmr.data.karpathy import tokenize
-from xmr.errors import XmrError
 
 
 @dataclass

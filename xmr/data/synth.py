@@ -29,7 +29,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 SHAPES = ["circle", "square", "triangle", "star", "cross", "diamond"]
 COLOURS = {

@@ -25,10 +25,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.lazy import is_tensor, torch  # a NumPy matrix with a NumPy-capable re-ranker never imports torch
 from xmr.evaluation.metrics import class_metrics, mean_of, recall_metrics, rsum
 from xmr.evaluation.ranks import check_grouping, check_matrix, check_ties, grouped_ranks, label_ranks
-from xmr.lazy import is_tensor, torch  # a NumPy matrix with a NumPy-capable re-ranker never imports torch
 from xmr.rerank import DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, Rescoring, describe_params, resolve_params
 
 

@@ -21,10 +21,10 @@ from typing import Iterator
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.lazy import is_tensor, torch  # a NumPy matrix is ranked in NumPy, without importing torch
+from xmr.core.errors import XmrError
+from xmr.core.lazy import is_tensor, torch  # a NumPy matrix is ranked in NumPy, without importing torch
 from xmr.rerank import DEFAULT_BLOCK_BYTES, Rescoring, iter_blocks, map_blocks
-from xmr.similarity import all_finite
+from xmr.similarity.measures import all_finite
 
 TIE_POLICIES = ("pessimistic", "optimistic", "index")
 

@@ -9,8 +9,8 @@
 - ``set_statistics(...)``: both, for the final sub-embeddings and for the residuals (DVSE/PVSE's v̂, DivE's slots),
   plus, for DVSE, the mean norms of h_V(z) and v̂^k before the LayerNorm.
 
-``xmr score`` computes them for every set method's scored split (``xmr.inference.compute_set_statistics``), stores
-them beside the gallery cache (``xmr.gallery_cache.write_set_statistics``), and ``xmr test`` / ``xmr evaluate`` copy
+``xmr score`` computes them for every set method's scored split (``xmr.inference.model.compute_set_statistics``), stores
+them beside the gallery cache (``xmr.run.gallery_cache.write_set_statistics``), and ``xmr test`` / ``xmr evaluate`` copy
 them into the results file (``set_statistics``).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 MEASURES = ("cosine", "pearson")
 #: set similarities that compare an image's slots with the caption by cosine: slot usage means something there

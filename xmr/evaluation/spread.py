@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xmr.lazy import is_tensor, torch  # the spread is NumPy's work: `xmr test` on a saved matrix needs no torch
+from xmr.core.lazy import is_tensor, torch  # the spread is NumPy's work: `xmr test` on a saved matrix needs no torch
 
 
 def similarity_spread(sims, captions_per_image: int) -> dict[str, float]:

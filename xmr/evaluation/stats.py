@@ -1,5 +1,5 @@
-"""Statistics over seeds (the seeded benchmark's claims, xmr/benchmark.py): mean and standard deviation, paired or
-Welch t tests, Holm's step-down adjustment, confidence intervals, the minimum detectable effect, equivalence
+"""Statistics over seeds (the seeded benchmark's claims, xmr/studies/benchmark.py): mean and standard deviation, paired
+or Welch t tests, Holm's step-down adjustment, confidence intervals, the minimum detectable effect, equivalence
 (TOST) and the stratified cluster bootstrap of query-level differences. Pure functions of numbers."""
 
 from __future__ import annotations

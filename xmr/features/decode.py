@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 DECODERS = ("auto", "pil", "device")
 RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side", "squash_inter_linear")

@@ -32,14 +32,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from xmr.core.errors import XmrError
+from xmr.core.io import check_writable_dir
+from xmr.core.utils import resolve_device, tune_cpu_allocator
 from xmr.data.base import CaptionedSplit
-from xmr.errors import XmrError
 from xmr.features.backbones import Backbone, build_backbone
 from xmr.features.decode import (RESIZE_MODES, EncodedImageDataset, ImageFolderDataset, collate_encoded,
                                  decode_batch, fallback_summary, resolve_decoder)
 from xmr.features.store import ShardWriter
-from xmr.io import check_writable_dir
-from xmr.utils import resolve_device, tune_cpu_allocator
 
 #: config keys that do not change the features (a resumed run may differ in them)
 _NON_FEATURE_KEYS = {"description", "batch_size", "key", "decoder"}  # the resolved decoder is an attr of its own
@@ -121,7 +121,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     import sys
     from collections import Counter
 
-    from xmr.progress import bar as progress_bar
+    from xmr.core.progress import bar as progress_bar
 
     split.require_images("import its features with `xmr import-features` instead of extracting them")
     if dtype not in ("float32", "float16"):

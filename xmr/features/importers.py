@@ -34,10 +34,10 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from xmr.core.errors import XmrError
 from xmr.data.base import CaptionedSplit
 from xmr.data.karpathy import tokenize
 from xmr.data.precomp import read_precomp_files
-from xmr.errors import XmrError
 from xmr.features.store import ShardWriter
 
 #: xmr split -> SCAN source split, unless the dataset config says otherwise (``extra.scan_splits``)

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from xmr import __version__
-from xmr.errors import XmrError
-from xmr.io import atomic_path, remove_stale_temps
+from xmr.core.errors import XmrError
+from xmr.core.io import atomic_path, remove_stale_temps
 
 LAYOUT_VERSION = 1
 _SHARD_NAME = re.compile(r"^(\d+)\.npz$")

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def adopt_statistics(sims: torch.Tensor, rule: str = "code") -> tuple[float, float]:

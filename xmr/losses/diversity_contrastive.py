@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def diversity(sims: torch.Tensor, neg_mask: torch.Tensor, kind: str = "std", eps: float = 0.1,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 DC_MODES = ("mean", "sum", "per_pair")
 

@@ -19,7 +19,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 # Inside the sqrt so its gradient stays finite at zero distance (the released code's batchwise_cdist adds 1e-6).
 DISTANCE_EPS = 1e-6
@@ -70,7 +70,7 @@ def match_probability(img_samples: torch.Tensor, txt_samples: torch.Tensor, scal
     """(B, B') mean over the J×L sample pairs of σ_k(-a‖z_i - z_j‖ + b) (differentiable; small batches).
 
     Probabilities, for inspection: in float32 they are exactly 0 for far pairs. The loss does not use them
-    (:func:`soft_contrastive_nll` works in log space); test-time ranking uses ``xmr.similarity``'s
+    (:func:`soft_contrastive_nll` works in log space); test-time ranking uses ``xmr.similarity.measures``'s
     ``log_match_prob``.
     """
     logits = match_logits(pairwise_sample_distances(img_samples, txt_samples), scale, shift)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 _NEG_FILL = -1e4  # below any cosine; avoids inf arithmetic when a row has no negatives
 

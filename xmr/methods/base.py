@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 # registers the "precomputed" text encoder (RRF's HGLMM features) before any run schema is filled
+from xmr.core.registry import Registry
 import xmr.models.text_precomputed  # noqa: F401
-from xmr.registry import Registry
-from xmr.run_settings import TextInput, text_input
+from xmr.settings.run_settings import TextInput, text_input
 
 METHODS: Registry[type["RetrievalModel"]] = Registry("method")
 
@@ -70,11 +70,11 @@ class RetrievalModel(nn.Module):
     """A dual encoder trained by :mod:`xmr.train.trainer` and evaluated by :mod:`xmr.evaluation`.
 
     Subclasses set ``schema`` (JSON schema for their ``model``/``loss`` config sections, with defaults; a built-in
-    method's is its file ``xmr/schemas/methods/<name>.schema.yaml``, :func:`xmr.config.method_schema`),
+    method's is its file ``xmr/schemas/methods/<name>.schema.yaml``, :func:`xmr.config.loader.method_schema`),
     ``model_settings_class``/``loss_settings_class`` (frozen dataclasses whose fields are exactly those sections' properties;
     the conformance test checks them against the schema) and implement ``encode_image``, ``encode_text`` and
     ``compute_loss``. Embeddings are (B, D) or sets (B, K, D); ``eval_similarity`` names the
-    :mod:`xmr.similarity` measure used to compare them at test time.
+    :mod:`xmr.similarity.measures` measure used to compare them at test time.
 
     Built from :meth:`settings_of`, the method's only reader of the run config; a method reads its settings
     (``self.model_settings``, ``self.loss_settings``, ``self.scoring``) and never the config.
@@ -95,7 +95,7 @@ class RetrievalModel(nn.Module):
     def settings_of(cls, run_cfg: dict, text: TextInput | None = None) -> MethodSettings:
         """The method's settings from a validated run config (its schema's defaults filled): the one reader of a
         run config's ``model``, ``loss``, ``eval`` scoring and text-encoder keys. ``text``: the run's
-        :class:`~xmr.run_settings.TextInput` (where precomputed caption features live; None: read from
+        :class:`~xmr.settings.run_settings.TextInput` (where precomputed caption features live; None: read from
         ``run_cfg`` when the encoder needs it)."""
         name = run_cfg["method"]
         ev = run_cfg["eval"]
@@ -192,8 +192,8 @@ class RetrievalModel(nn.Module):
         return self.scoring.similarity
 
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        """(N, M) image-caption scores for evaluation (chunked inside xmr.similarity)."""
-        from xmr.similarity import compute_similarity
+        """(N, M) image-caption scores for evaluation (chunked inside xmr.similarity.measures)."""
+        from xmr.similarity.measures import compute_similarity
 
         return compute_similarity(img, txt, measure=self.eval_similarity, alpha=self.scoring.alpha)
 

@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.config import method_schema
-from xmr.errors import XmrError
+from xmr.config.loader import method_schema
+from xmr.core.errors import XmrError
 from xmr.losses.diversity_contrastive import dcl_loss
 from xmr.losses.pseudo_label import pseudo_label_loss, sinkhorn_codes
 from xmr.losses.triplet import triplet_loss
@@ -280,7 +280,7 @@ class CODER(RetrievalModel):
     @torch.no_grad()
     def build_concepts(self, token_lists: list[list[str]], caption_image: np.ndarray | list[int]) -> None:
         """Concept vocabulary, graph and initial vectors from the training captions (deterministic)."""
-        from xmr.io import read_json
+        from xmr.core.io import read_json
         from xmr.text.word_vectors import embedding_matrix
 
         c = self.model_settings.concept
@@ -483,7 +483,7 @@ class CODER(RetrievalModel):
 
     # -- evaluation -------------------------------------------------------------------------------------------------
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        from xmr.similarity import compute_similarity
+        from xmr.similarity.measures import compute_similarity
 
         alpha = self.model_settings.fusion_alpha
         sims = compute_similarity(img[:, 0], txt[:, 0], measure="cosine")

@@ -14,7 +14,7 @@ Training-time augmentation (:mod:`xmr.models.augment`, training mode only; defau
 ``--butd_drop_prob 0.2 --caption_drop_prob 0.2``, paper readings as options): each local feature dropped with
 p = 0.2 before the projection (2-D grid positions are dropped with their cells), each inner caption token hit
 with p = 0.2 and then masked (50%), replaced (10%) or deleted (40%).
-Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.set_similarity`).
+Similarity: smooth-Chamfer (α = 16) for training and retrieval (:func:`xmr.similarity.measures.set_similarity`).
 The global branch alone (``model.set_module: false``, no MMD) is DivE's base: each side l2norm(LN(global)), one
 embedding, whose smooth-Chamfer score is the cosine (tests/test_reductions.py).
 Loss: triplet on the smooth-Chamfer matrix, summed hinges in the first ``loss.warmup_epochs`` (the supplement, for
@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.config import method_schema
-from xmr.errors import XmrError
+from xmr.config.loader import method_schema
+from xmr.core.errors import XmrError
 from xmr.losses.set_regularizers import mmd_rbf, pairwise_uniformity
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
@@ -41,7 +41,7 @@ from xmr.models.augment import augment_caption_batch, compact, region_keep_mask
 from xmr.models.image import LocalProjection
 from xmr.models.set_heads import POOLS, text_global_and_local, text_local_dim
 from xmr.models.slot_attention import SetPredictionModule, sine_positions_1d, sine_positions_2d
-from xmr.similarity import set_similarity
+from xmr.similarity.measures import set_similarity
 
 # the code scales every non-CNN image parameter and the text SPM (whose LN_g the global-only base keeps as *_global_norm)
 SPM_PREFIXES = ("image_proj.", "image_spm.", "text_spm.", "image_global_norm.", "text_global_norm.")

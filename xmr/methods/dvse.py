@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.config import method_schema
-from xmr.errors import XmrError
+from xmr.config.loader import method_schema
+from xmr.core.errors import XmrError
 from xmr.losses.orthogonal import dynamic_orthogonal_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.losses.variance_aware import variance_aware_loss
@@ -56,7 +56,7 @@ from xmr.models.image import LocalProjection
 from xmr.models.pooler import Pooler
 from xmr.models.pooling import POOLS
 from xmr.models.set_heads import PIEImageHead, PIENet, PIETextHead, text_global_and_local, text_local_dim
-from xmr.similarity import set_similarity
+from xmr.similarity.measures import set_similarity
 
 
 #: h_V's projection (``model.image_projection``) and poolings (``model.image_pool``, ``model.text_pool``)

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from xmr.config import method_schema
-from xmr.errors import XmrError
+from xmr.config.loader import method_schema
+from xmr.core.errors import XmrError
 from xmr.losses.probabilistic import (gaussian_kl_to_standard, released_vib_kl, sample_gaussian,
                                       soft_contrastive_loss, uniformity_loss)
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
@@ -38,7 +38,7 @@ from xmr.models.augment import augment_caption_batch
 from xmr.models.pooling import mean_pool
 from xmr.models.set_heads import MultiHeadSelfAttention, PIENet, last_pool, text_global_and_local, text_local_dim
 
-# pcme_score -> the xmr.similarity measure eval.similarity must name (or "model")
+# pcme_score -> the xmr.similarity.measures measure eval.similarity must name (or "model")
 SCORE_MEASURES = {"log_match_prob": "log_match_prob", "match_prob": "match_prob", "mean_cosine": "cosine",
                   "sample_mean_dot": "mean"}
 # re-rankers that must be told (parameter scores: log_prob) that the matrix holds log-probabilities
@@ -222,17 +222,17 @@ class PCME(RetrievalModel):
 
     @property
     def eval_similarity(self) -> str:
-        """The :mod:`xmr.similarity` measure the test scores are (the one ``model.pcme_score`` names)."""
+        """The :mod:`xmr.similarity.measures` measure the test scores are (the one ``model.pcme_score`` names)."""
         return SCORE_MEASURES[self.model_settings.pcme_score]
 
     def match_params(self) -> dict[str, float]:
-        """(a, b) for :func:`xmr.similarity.compute_similarity`'s ``match_prob``/``log_match_prob``, which
+        """(a, b) for :func:`xmr.similarity.measures.compute_similarity`'s ``match_prob``/``log_match_prob``, which
         compute logistic(2·(b - a·d)): the learned values rescaled to this model's ``match_sigmoid``."""
         half_k = self.logit_scale / 2.0
         return {"a": float(self.scale.detach()) * half_k, "b": float(self.shift.detach()) * half_k}
 
     def similarity_matrix(self, img: torch.Tensor, txt: torch.Tensor) -> torch.Tensor:
-        from xmr.similarity import compute_similarity
+        from xmr.similarity.measures import compute_similarity
 
         score = self.model_settings.pcme_score
         if score in ("log_match_prob", "match_prob"):

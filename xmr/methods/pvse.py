@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from xmr.config import method_schema
+from xmr.config.loader import method_schema
 from xmr.losses.set_regularizers import gram_diversity, mmd_rbf
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.set_heads import PIEImageHead, PIETextHead
-from xmr.similarity import set_similarity
+from xmr.similarity.measures import set_similarity
 
 
 @dataclass(frozen=True)

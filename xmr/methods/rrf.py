@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.config import method_schema
+from xmr.config.loader import method_schema
 from xmr.losses.bi_rank import bi_rank_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.pooling import mean_pool

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from xmr.config import method_schema
+from xmr.config.loader import method_schema
 from xmr.losses.adaptive_objective import adopt_loss
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel

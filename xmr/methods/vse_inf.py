@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from xmr.config import method_schema
+from xmr.config.loader import method_schema
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.augment import augment_caption_batch, drop_regions

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
-from xmr.config import method_schema
+from xmr.config.loader import method_schema
 from xmr.losses.triplet import triplet_loss
 from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 from xmr.models.image import LocalProjection

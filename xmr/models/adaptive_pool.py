@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.gpo import sort_per_dimension
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.pooling import length_mask
 
 SIZE_AUGMENT_MODES = ("none", "region", "count", "grid")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.pooling import length_mask
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 class MLP(nn.Module):

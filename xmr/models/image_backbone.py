@@ -1,11 +1,11 @@
 """End-to-end training from images (VSE∞ "grid mode"): a grid backbone fine-tuned inside the model.
 
-``features.source: images`` (:class:`xmr.run_settings.ImageInput`, whose :func:`~xmr.run_settings.image_preparation`
-decides and checks the input) makes the trainer read the split's image files (decoded and resized exactly as
-``xmr extract`` does: :func:`xmr.features.decode.read_image`) instead of ``features/*.h5``. The backbone sits
-in the model as ``model.image_backbone`` (a :class:`FinetunedBackbone`) and turns uint8 pixels into the same
-``(B, R, F)`` local features + ``num_regions`` that precomputed features give, so every method trains end to
-end unchanged. Its weights are part of the model's state_dict (checkpoints, ``xmr score``).
+``features.source: images`` (:class:`xmr.settings.run_settings.ImageInput`, whose
+:func:`~xmr.settings.run_settings.image_preparation` decides and checks the input) makes the trainer read the split's
+image files (decoded and resized exactly as ``xmr extract`` does: :func:`xmr.features.decode.read_image`) instead of
+``features/*.h5``. The backbone sits in the model as ``model.image_backbone`` (a :class:`FinetunedBackbone`) and
+turns uint8 pixels into the same ``(B, R, F)`` local features + ``num_regions`` that precomputed features give, so
+every method trains end to end unchanged. Its weights are part of the model's state_dict (checkpoints, ``xmr score``).
 
 The recipe of VSE∞'s released code (woodfrog/vse_infty, ``train.py``/``lib/vse.py``/``lib/modules/resnet.py``,
 ``train_grid.sh``), one option each:
@@ -33,7 +33,7 @@ from torch import nn
 
 from xmr.features.backbones import Backbone, build_backbone
 from xmr.features.extract import normalise
-from xmr.run_settings import ImageInput
+from xmr.settings.run_settings import ImageInput
 
 
 def _is_batchnorm(m: nn.Module) -> bool:

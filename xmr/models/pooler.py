@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.adaptive_pool import AdaptivePool, kmax_pool
 from xmr.models.gpo import GPO
 from xmr.models.pooling import POOLS

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.pooling import POOLS, final_states_pool, last_pool, length_mask
 
 ACTIVATIONS = {"sigmoid": torch.sigmoid, "relu": torch.relu, "tanh": torch.tanh}

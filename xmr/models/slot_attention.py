@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.pooling import length_mask
 
 

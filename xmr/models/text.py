@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from xmr.errors import XmrError
-from xmr.registry import Registry
+from xmr.core.errors import XmrError
+from xmr.core.registry import Registry
 
 TEXT_ENCODERS: Registry[Callable[..., "TextEncoder"]] = Registry("text encoder")
 
@@ -152,7 +152,7 @@ def text_cfg_for_checkpoint(text_cfg: dict, state: dict, prefix: str = "text.") 
 
 
 def build_text_encoder(text_cfg: dict, embed_dim: int, vocab_words: list[str] | None, seed: int = 0) -> TextEncoder:
-    from xmr.registry import import_submodules
+    from xmr.core.registry import import_submodules
 
     import_submodules("xmr.models")  # encoders defined in other modules (e.g. precomputed features)
     return TEXT_ENCODERS.get(text_cfg["encoder"])(text_cfg, embed_dim, vocab_words, seed)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.models.text import TEXT_ENCODERS, TextEncoder
 
 IN_MEMORY_BYTES = 4 * 2**30  # smaller files are read once into RAM; larger ones row by row from HDF5

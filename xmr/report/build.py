@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xmr.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, fr_grid_dir
-from xmr.errors import XmrError
-from xmr.io import read_json
+from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, fr_grid_dir
+from xmr.core.errors import XmrError
+from xmr.core.io import read_json
 from xmr.report.tables import RECALLS, fmt, result_rows
 
 
@@ -171,7 +171,7 @@ def paper_section(dataset: str) -> Section:
 # -- the other sections ----------------------------------------------------------------------------------------------
 
 def curves_section(dataset: str, recipes: list[str], runs_root: Path, out: Path) -> Section:
-    from xmr.io import read_history
+    from xmr.core.io import read_history
     from xmr.report.figures import plot_training_curves
 
     sec = Section("Training curves")
@@ -189,10 +189,10 @@ def curves_section(dataset: str, recipes: list[str], runs_root: Path, out: Path)
 
 def experiments_sections(dataset: str, names: list[str], results_root: Path, runs_root: Path, out: Path,
                          config_dir: Path) -> list[Section]:
-    from xmr.experiments import load_experiment
     from xmr.report.experiment_table import (experiment_header, experiment_rows, experiment_table_cells,
                                              missing_note, plot_experiment)
     from xmr.report.paper import paper_experiment
+    from xmr.studies.experiments import load_experiment
 
     sections = []
     for name in names:
@@ -445,8 +445,8 @@ def render_html(report: Report) -> str:
 def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
     """Log each figure to the MLflow run of the run it was made from (``mlflow_run_id`` in its train.json), and the
     report files plus every figure to a run named ``report`` in each dataset's experiment. Returns what was done."""
-    from xmr.run_config import load_saved_config
-    from xmr.tracking import Tracker
+    from xmr.run.config import load_saved_config
+    from xmr.run.tracking import Tracker
 
     done = []
     by_run: dict[Path, list[Path]] = {}
@@ -491,7 +491,7 @@ def write_report(datasets: list[str], out_dir: str | os.PathLike, config_dir: st
                  track: bool | None = None) -> dict[str, Any]:
     """Build and write ``report.html`` and ``report.md`` (figures beside them); ``track`` (default: the settings'
     ``mlflow``) logs the figures to MLflow."""
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
     from xmr.report.settings import report_settings
 
     out = Path(out_dir)

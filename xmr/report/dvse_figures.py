@@ -12,7 +12,7 @@ import os
 import numpy as np
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 KINDS = ("embeddings", "residuals")
 
@@ -44,10 +44,10 @@ def subembedding_correlation(run_dir: str | os.PathLike, split: str | None = Non
     from torch.utils.data import DataLoader
 
     from xmr.evaluation.set_stats import correlation_sums
-    from xmr.loaders import image_input, image_loader_parts, load_split_images
-    from xmr.inference import load_trained
-    from xmr.run_settings import run_settings
-    from xmr.utils import resolve_device
+    from xmr.inference.loaders import image_input, image_loader_parts, load_split_images
+    from xmr.inference.model import load_trained
+    from xmr.settings.run_settings import run_settings
+    from xmr.core.utils import resolve_device
 
     if kind not in KINDS:
         raise XmrError(f"kind {kind!r}: choose one of {', '.join(KINDS)}")
@@ -78,7 +78,7 @@ def plot_subembedding_correlation(matrix: np.ndarray, out_png: str | os.PathLike
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     m = np.asarray(matrix, dtype=float)
     if m.ndim != 2 or m.shape[0] != m.shape[1]:

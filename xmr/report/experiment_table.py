@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xmr.layout import RESULTS_ROOT, RUNS_ROOT
-from xmr.errors import XmrError
-from xmr.experiments import PLAIN, Experiment, resolve_variant
-from xmr.io import read_json
+from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT
+from xmr.core.errors import XmrError
+from xmr.studies.experiments import PLAIN, Experiment, resolve_variant
+from xmr.core.io import read_json
 from xmr.report.tables import RECALLS, csv_table, fmt, metric_row, run_dir_of, train_seconds
 
 
@@ -159,7 +159,7 @@ def plot_experiment(exp: Experiment, rows: list[dict], out_png: str | os.PathLik
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     by_variant = _by_variant(rows)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -226,7 +226,7 @@ def write_experiment_table(exp: Experiment, dataset: str, out_dir: str | os.Path
                            results_root: str | os.PathLike = RESULTS_ROOT, runs_root: str | os.PathLike = RUNS_ROOT,
                            config_dir: str | os.PathLike = "config", allow_missing: bool = True) -> dict[str, Any]:
     """Write ``table.md``, ``table.csv`` and ``figure.png`` (default folder ``results/{dataset}/exp/{name}``)."""
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     out = Path(out_dir) if out_dir else exp.results_dir(dataset, results_root)
     rows, missing = experiment_rows(exp, dataset, results_root, runs_root, config_dir)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def _plt():
@@ -26,7 +26,7 @@ def _plt():
 
 
 def _save(fig, out_png: str | os.PathLike, dpi: int = 100) -> None:
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     with atomic_path(out_png, ".png") as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
@@ -153,7 +153,7 @@ def retrieval_examples(run_dir: str | os.PathLike, sims_path: str | os.PathLike,
     """``examples_t2i.png`` and ``examples_i2t.png`` in ``out_dir`` from a run's similarity matrix and its dataset's
     images; returns {direction: path}. Raises XmrError when the images are not on disk."""
     from xmr.data import load_split
-    from xmr.run_config import load_saved_config
+    from xmr.run.config import load_saved_config
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)
@@ -268,9 +268,9 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     """DVSE Fig. 10 from a trained set-based run: the attention of each image sub-embedding over test images."""
     import torch
 
-    from xmr.loaders import image_input, image_loader_parts, load_split_images
-    from xmr.inference import load_trained
-    from xmr.run_settings import run_settings
+    from xmr.inference.loaders import image_input, image_loader_parts, load_split_images
+    from xmr.inference.model import load_trained
+    from xmr.settings.run_settings import run_settings
 
     model, cfg = load_trained(run_dir, device)
     split = split or cfg["dataset_cfg"]["test_split"]

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 KS = (1, 5, 10)
 
@@ -108,7 +108,7 @@ def plot_fr_grid(grid: dict, out_png: str | os.PathLike, title: str | None = Non
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     g, lam = grid["gammas"], grid["lambdas"]
     panels = [
@@ -160,10 +160,10 @@ def run_fr_grid(run_dir: str | os.PathLike, sims_path: str | os.PathLike, gammas
     ``split`` (default: the test split) only matters for class labels (CUB). ``protocol`` defaults to the
     dataset's headline protocol when the matrix has the shape it needs, else ``plain`` (e.g. a validation split).
     """
-    from xmr.config import rerank_params
+    from xmr.config.loader import rerank_params
+    from xmr.core.io import atomic_path, write_json
     from xmr.evaluation import PROTOCOLS
-    from xmr.io import atomic_path, write_json
-    from xmr.run_config import load_saved_config
+    from xmr.run.config import load_saved_config
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)

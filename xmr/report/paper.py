@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 ENTRY_KEYS = ("method", "recipe", "dataset", "protocol", "rerank", "setting", "role", "i2t", "t2i", "rsum", "source")
 OPTIONAL_KEYS = ("i2t_rp", "t2i_rp", "note")

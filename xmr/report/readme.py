@@ -12,8 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from xmr.errors import XmrError
-from xmr.io import atomic_path
+from xmr.core.errors import XmrError
+from xmr.core.io import atomic_path
 
 
 def markers(name: str) -> tuple[str, str]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from xmr.config import deep_merge, load_validated
-from xmr.errors import XmrError
+from xmr.config.loader import deep_merge, load_validated
+from xmr.core.errors import XmrError
 
 def report_settings(dataset: str, config_dir: str | os.PathLike = "config") -> dict:
     """Settings of the report of ``dataset``: the file's ``default`` (every key, the one place they are written),

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from xmr.layout import RUNS_ROOT, RunKey
-from xmr.io import read_json
+from xmr.run.layout import RUNS_ROOT, RunKey
+from xmr.core.io import read_json
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
 # `xmr show` (the demo's table): also how training ended (epochs, plateau / cap), the test matrix's spread and, for
@@ -92,7 +92,7 @@ def results_in(path: str | os.PathLike) -> list[tuple[str, dict]]:
     re-ranker of a ``by_rerank`` file (with the run's identity), or a compact file's protocols (named by the file,
     ``dvse_fr.metrics.json`` -> ``dvse_fr``). A file of no run (``xmr evaluate --out M.json``) is named by the file
     too. A file of any other kind is a one-line error naming it."""
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     doc = read_json(path)
     kind = results_kind(doc)
@@ -182,7 +182,7 @@ def _history_rows(history: list[dict]) -> list[dict]:
 
 def _train_summary(path: Path) -> dict:
     """A run's ``train.json``, checked to hold its epochs."""
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     s = read_json(path)
     if not isinstance(s, dict) or not isinstance(s.get("history"), list) or "best_epoch" not in s:
@@ -197,7 +197,7 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     epochs of its ``history.csv``."""
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
     if not path.exists() and (path.parent / "history.csv").is_file():
-        from xmr.io import read_history
+        from xmr.core.io import read_history
 
         rows = _history_rows(read_history(path.parent))
         return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
@@ -221,7 +221,7 @@ def run_row(run_dir: str | os.PathLike) -> dict[str, Any]:
     ended, from its ``history.csv`` (the best validation RSUM so far)."""
     run_dir = Path(run_dir)
     if not (run_dir / "train.json").exists():
-        from xmr.io import read_history
+        from xmr.core.io import read_history
 
         hist = read_history(run_dir)
         best = max(hist, key=lambda h: h.get("val_rsum", float("-inf")), default={})
@@ -252,7 +252,7 @@ def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathL
                   runs_root: str | os.PathLike = RUNS_ROOT) -> dict:
     """``summary.json`` (DVC metrics: target -> headline metrics), ``summary.md`` (the README table, with the
     training time from each run's ``train.json``) and ``summary.csv``."""
-    from xmr.io import atomic_path, write_json
+    from xmr.core.io import atomic_path, write_json
 
     out = Path(out_dir)
     rows = result_rows(result_paths, runs_root)

@@ -25,7 +25,7 @@ Defaults: each re-ranker's parameters have code defaults; ``config/rerank/<name>
 per-dataset rows that override them (FR's paper values per dataset live in ``config/rerank/fr.yaml``).
 """
 
-from xmr.registry import import_plugins, import_submodules
+from xmr.core.registry import import_plugins, import_submodules
 from xmr.rerank.base import (DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, RerankerSpec, Rescoring, arange,
                              default_params, describe_params, full, iter_blocks, map_blocks, prepare_rerank, rerank,
                              reject_nonpositive_scores, require_log_probabilities, resolve_params, rows_name)

@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
-from xmr.registry import Registry
+from xmr.core.errors import XmrError
+from xmr.core.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
+from xmr.core.registry import Registry
 
 T = TypeVar("T")
 
@@ -175,7 +175,7 @@ def default_params(name: str, dataset: str | None = None, rows: Mapping[str, Any
                    source: str | None = None) -> dict[str, Any]:
     """All parameters of re-ranker ``name`` with their defaults for ``dataset``: the code defaults, overridden by
     the row ``dataset`` of ``rows`` (the mapping of ``config/rerank/<name>.yaml``, read by the caller with
-    :func:`xmr.config.load_rerank_rows`; its ``default`` row when there is none for ``dataset``)."""
+    :func:`xmr.config.loader.load_rerank_rows`; its ``default`` row when there is none for ``dataset``)."""
     spec = RERANKERS.get(name)
     out = dict(spec.defaults)
     rows = rows or {}
@@ -262,7 +262,7 @@ def _as_matrix(sims) -> torch.Tensor:
         raise XmrError(f"similarity matrix must be 2-D (images x captions), got shape {tuple(t.shape)}")
     if t.dtype != torch.float32:
         t = t.float()
-    from xmr.similarity import all_finite
+    from xmr.similarity.measures import all_finite
 
     if not all_finite(t):
         raise XmrError("similarity matrix contains NaN or inf values")

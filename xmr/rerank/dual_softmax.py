@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 
 
-from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import (RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks, reject_nonpositive_scores,
                         require_log_probabilities)
 from xmr.rerank.fast import lse_stats

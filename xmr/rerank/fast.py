@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, arange, iter_blocks, map_blocks
 
 

@@ -9,8 +9,8 @@ queries are the normalising set). β = 20 follows the QB-Norm code's default for
 
 from __future__ import annotations
 
-from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring
 from xmr.rerank.fast import FastRescoring
 

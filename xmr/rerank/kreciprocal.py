@@ -20,8 +20,8 @@ from typing import Callable
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 
 

@@ -18,16 +18,16 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring, iter_blocks
 from xmr.rerank.fast import _first_argmax, lse_stats
 
 
 def _load_bank(value, what: str, device: torch.device) -> torch.Tensor:
     if isinstance(value, (str, Path)):  # re-ranking opens no files: the CLI/results load .npy paths
-        raise XmrError(f"re-ranker 'qbnorm': {what}={value}: pass the array (xmr.config.load_array_params loads a "
-                       f".npy path)")
+        raise XmrError(f"re-ranker 'qbnorm': {what}={value}: pass the array (xmr.config.loader.load_array_params "
+                       f"loads a .npy path)")
     t = torch.as_tensor(value).to(device=device, dtype=torch.float32)
     if t.ndim != 2:
         raise XmrError(f"re-ranker 'qbnorm': {what} must be a 2-D similarity matrix, got shape {tuple(t.shape)}")

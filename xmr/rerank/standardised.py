@@ -9,7 +9,7 @@ one with a wide spread meets them as sharper. The ``_val`` readings first map
     A' = μ_val + (A - μ_val) · σ_ref / σ_val
 
 with the mean μ_val and std σ_val of the run's validation similarity matrix at its best epoch (train.json
-``val_similarity``, passed in at the edge by :func:`xmr.results.evaluate_run` as ``val_mean`` / ``val_std``), so
+``val_similarity``, passed in at the edge by :func:`xmr.run.results.evaluate_run` as ``val_mean`` / ``val_std``), so
 that the validation matrix would have std ``reference_std`` (σ_ref), then apply the re-ranker with the paper's
 parameters. The test matrix itself is not used for the statistics (no transduction beyond what the re-ranker does).
 Rankings of the plain matrix are unchanged by the map (an increasing affine function); the re-rankers' are not.
@@ -26,8 +26,8 @@ import math
 import xmr.rerank.dual_softmax  # noqa: F401  (the base re-rankers are registered before their readings)
 import xmr.rerank.fast  # noqa: F401
 import xmr.rerank.inverted_softmax  # noqa: F401
-from xmr.errors import XmrError
-from xmr.lazy import torch  # imported on first use: the registry loads without torch (xmr/lazy.py)
+from xmr.core.errors import XmrError
+from xmr.core.lazy import torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.rerank.base import RERANKERS, RerankContext, RerankerSpec, Rescoring
 
 #: parameters every ``_val`` reading adds to its base re-ranker's

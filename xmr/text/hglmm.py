@@ -27,8 +27,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from xmr.errors import XmrError
-from xmr.io import atomic_path
+from xmr.core.errors import XmrError
+from xmr.core.io import atomic_path
 
 LAYOUT_VERSION = 1
 FV_NORMS = ("power_l2", "l2", "none")
@@ -80,7 +80,7 @@ def load_text_feature_settings(kind: str, dataset: str, config_dir: str | os.Pat
                                overrides: Iterable[str] = ()) -> dict[str, Any]:
     """Settings of ``kind`` from ``config/text_features.yaml``: the entry, then its ``datasets.{dataset}``
     block, then ``key=value`` overrides; validated with defaults filled."""
-    from xmr.config import load_yaml, parse_assignments, validate
+    from xmr.config.loader import load_yaml, parse_assignments, validate
 
     path = Path(config_dir) / "text_features.yaml"
     table = load_yaml(path)
@@ -464,7 +464,7 @@ def _chunk_for(fv_dim: int, words_per_caption: float) -> int:
 
 
 def _device(device: str | torch.device) -> torch.device:
-    from xmr.utils import resolve_device
+    from xmr.core.utils import resolve_device
 
     return resolve_device(device) if isinstance(device, str) else device
 

@@ -6,8 +6,8 @@ import os
 from collections import Counter
 from typing import Iterable
 
-from xmr.errors import XmrError
-from xmr.io import read_json, write_json
+from xmr.core.errors import XmrError
+from xmr.core.io import read_json, write_json
 
 PAD, UNK, START, END = "<pad>", "<unk>", "<start>", "<end>"
 SPECIALS = [PAD, UNK, START, END]

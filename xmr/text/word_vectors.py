@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def load_word_vectors(spec: str, wanted: set[str] | None = None) -> tuple[dict[str, int], np.ndarray]:

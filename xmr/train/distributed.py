@@ -25,7 +25,7 @@ import torch
 import torch.distributed as torch_dist
 from torch.utils.data import Dataset, DistributedSampler
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 T = TypeVar("T")
 

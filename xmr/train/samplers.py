@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from xmr.core.errors import XmrError
 from xmr.data.base import CaptionedSplit
-from xmr.errors import XmrError
-from xmr.loaders import ImageFiles, PairCollate, PairDataset, RegionBatch, read_regions
-from xmr.run_settings import Batching
+from xmr.inference.loaders import ImageFiles, PairCollate, PairDataset, RegionBatch, read_regions
+from xmr.settings.run_settings import Batching
 
 SAMPLERS = ("random", "one_per_class")
 POSITIVES = ("image", "class", "caption_text")
@@ -126,7 +126,7 @@ class ImageIndexedPairs(PairDataset):
 
 
 class ImageIndexedCollate(PairCollate):
-    """:class:`~xmr.loaders.PairCollate`'s batch of an :class:`ImageIndexedPairs` batch: the image side holds
+    """:class:`~xmr.inference.loaders.PairCollate`'s batch of an :class:`ImageIndexedPairs` batch: the image side holds
     each image once; ``image_rows`` (one per pair) is the row of the pair's image in it."""
 
     def __call__(self, items: RegionBatch) -> dict:

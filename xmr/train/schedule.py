@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from xmr.run_settings import Schedule
+from xmr.settings.run_settings import Schedule
 
 
 def lr_factor(epoch: float, sched: Schedule, plateau_drops: int = 0) -> float:

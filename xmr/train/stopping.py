@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from xmr.errors import XmrError
-from xmr.run_settings import Schedule, Stopping, Validation
+from xmr.core.errors import XmrError
+from xmr.settings.run_settings import Schedule, Stopping, Validation
 
 
 def initial_state() -> dict[str, Any]:

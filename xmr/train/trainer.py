@@ -3,15 +3,15 @@
 Its parts, in the order :func:`train` runs them: :func:`set_up` (data, model, optimizer, :class:`TrainStep`),
 :func:`resume_state` (a :class:`TrainState` from last.pt, or a fresh one), :func:`start_epochs`, then per epoch
 :func:`run_epoch` (the steps) and :func:`end_epoch` (validation, best epoch, stopping rule, checkpoints). The files
-``last.pt``/``best.pt`` and their keys belong to :mod:`xmr.checkpoint_files`.
+``last.pt``/``best.pt`` and their keys belong to :mod:`xmr.run.checkpoint_files`.
 
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
 ``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt`` (when
-its config and its inputs, the training split's :class:`xmr.run_inputs.RunInputs`, are those ``last.pt`` was
+its config and its inputs, the training split's :class:`xmr.run.inputs.RunInputs`, are those ``last.pt`` was
 written with); per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt``
 also holds the best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a
-``best.pt`` lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.io.fault_point`` calls.
+``best.pt`` lost to a kill or deleted by Snakemake. The fault suite's kill points are ``xmr.core.io.fault_point`` calls.
 """
 
 from __future__ import annotations
@@ -30,27 +30,27 @@ import torch
 import yaml
 from torch.utils.data import DataLoader
 
-from xmr import checkpoint_files
-from xmr.errors import XmrError
+from xmr.run import checkpoint_files
+from xmr.core.errors import XmrError
 from xmr.evaluation import evaluate_sims
 from xmr.evaluation.spread import similarity_spread
-from xmr.inference import _to, build_model, encode_split
-from xmr.io import (atomic_path, check_writable_dir, fault_point, load_checkpoint, remove_stale_temps, save_checkpoint,
-                    write_json)
-from xmr.loaders import PairCollate, PairDataset, image_input, load_split_images
+from xmr.inference.model import _to, build_model, encode_split
+from xmr.core.io import (atomic_path, check_writable_dir, fault_point, load_checkpoint, remove_stale_temps,
+                         save_checkpoint, write_json)
+from xmr.inference.loaders import PairCollate, PairDataset, image_input, load_split_images
 from xmr.methods import METHODS, RetrievalModel
-from xmr.progress import eta, log_line
-from xmr.reproducibility import use_deterministic_algorithms
-from xmr.run_inputs import RunInputs
-from xmr.run_lock import process_run_lock
-from xmr.run_settings import Batching, RunSettings, TextInput, run_settings
-from xmr.tracking import Tracker, git_commit, metrics_to_flat
+from xmr.core.progress import eta, log_line
+from xmr.core.reproducibility import use_deterministic_algorithms
+from xmr.run.inputs import RunInputs
+from xmr.run.lock import process_run_lock
+from xmr.settings.run_settings import Batching, RunSettings, TextInput, run_settings
+from xmr.run.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
 from xmr.train import stopping
 from xmr.train.samplers import (CaptionTexts, ImageBatchSampler, ImageIndexedCollate, ImageIndexedPairs,
                                  OnePerClassBatchSampler, caption_texts, check_batching, positive_mask)
 from xmr.train.schedule import lr_factor
-from xmr.utils import resolve_device, seed_everything, tune_cpu_allocator
+from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator
 
 
 def _cpu_copy(state: dict) -> dict:
@@ -99,7 +99,7 @@ def build_vocab_words(text: TextInput, train_split) -> list[str] | None:
 
 
 def inputs_digest(settings: RunSettings, model: RetrievalModel) -> tuple[str, dict[str, str]]:
-    """Hash of what the run reads besides its config (:class:`xmr.run_inputs.RunInputs` of the training split:
+    """Hash of what the run reads besides its config (:class:`xmr.run.inputs.RunInputs` of the training split:
     features or, end to end, the backbone weights; precomputed text features; annotations), so that a run never
     resumes onto inputs that changed since last.pt was written (Snakemake reruns a training when its inputs change,
     and last.pt is not one of the outputs it deletes). Also returns the parts, for the run's tags."""
@@ -325,7 +325,7 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
         for name in ("config.yaml", checkpoint_files.LAST, checkpoint_files.BEST, "history.csv", "train.json"):
             remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     if device.type == "cpu":
-        tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.utils)
+        tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.core.utils)
     if proc.threads:
         torch.set_num_threads(proc.threads)  # e.g. several runs sharing a machine: OpenMP oversubscription
     if settings.image.end_to_end:
@@ -339,7 +339,7 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
 
 def set_up(cfg: dict, out: Path, ctx) -> TrainRun:
     """Data, model, optimizer and step of a run (before any resume). The run config is read here, into the typed
-    settings every part below takes (:func:`xmr.run_settings.run_settings`, the method's ``settings_of``)."""
+    settings every part below takes (:func:`xmr.settings.run_settings.run_settings`, the method's ``settings_of``)."""
     settings = run_settings(cfg)
     method = METHODS.get(settings.method).settings_of(cfg, settings.text)
     device = prepare_process(settings, out, ctx)
@@ -604,8 +604,8 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
 
 
 def train(cfg: dict, out_dir: str | os.PathLike, resume: bool = True, progress: bool = True) -> dict[str, Any]:
-    """Train ``cfg`` (a resolved run config from :func:`xmr.run_config.load_run_config`) into ``out_dir``, its one
-    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.run_lock`)."""
+    """Train ``cfg`` (a resolved run config from :func:`xmr.run.config.load_run_config`) into ``out_dir``, its one
+    writer: a second training of a live ``out_dir`` fails in one line naming the holder (:mod:`xmr.run.lock`)."""
     with process_run_lock(out_dir, dist.process_rank()):
         out = Path(out_dir)
         ctx = dist.setup()

@@ -14,8 +14,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
-from xmr.registry import Registry, import_submodules
+from xmr.core.errors import XmrError
+from xmr.core.registry import Registry, import_submodules
 
 BACKBONES: Registry[Callable[[dict], "Backbone"]] = Registry("backbone")
 #: a ResNet trunk's Sequential(conv1, bn1, relu, maxpool, layer1..layer4) indices of the modules with weights (the

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, TRUNK_INDEX, Backbone, grid_to_regions, read_weights
-from xmr.io import sha256_file
 
 #: blocks per stage
 CAFFE_RESNET_LAYERS = {"caffe_resnet101": (3, 4, 23, 3)}

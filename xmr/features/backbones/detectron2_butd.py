@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, Backbone
-from xmr.io import sha256_file
 
 INSTALL_HINT = (
     "backbone butd_detectron2 needs detectron2, which is not on PyPI: create the environment in "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import io
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions
-from xmr.io import sha256_file
 
 
 @BACKBONES.register("efficientnet_lite0")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.features.backbones import BACKBONES, Backbone
 
 

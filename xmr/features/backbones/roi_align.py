@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, Backbone
-from xmr.io import sha256_file
 
 
 def select_detections(scores: torch.Tensor, min_boxes: int, max_boxes: int, conf_thresh: float) -> torch.Tensor:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, Backbone, grid_to_regions, read_weights
-from xmr.io import sha256_file
 
 #: torchvision architectures with the conv1/bn1/layer1..layer4 trunk that these backbones cut at C4/C5.
 RESNET_ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnext50_32x4d",

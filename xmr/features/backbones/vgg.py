@@ -13,9 +13,9 @@ from pathlib import Path
 
 from torch import nn
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
+from xmr.core.io import sha256_file
 from xmr.features.backbones import BACKBONES, Backbone, read_weights
-from xmr.io import sha256_file
 
 
 @BACKBONES.register("vgg19")

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from xmr.core.errors import XmrError
 from xmr.data.base import CaptionedSplit, load_split
-from xmr.errors import XmrError
 from xmr.features.decode import read_image
 from xmr.features.store import FeatureFile
-from xmr.run_settings import ImageInput
+from xmr.settings.run_settings import ImageInput
 
 
 def load_split_with_features(image: ImageInput, dataset_cfg: dict, split: str) -> tuple[CaptionedSplit, FeatureFile]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 #: job kind -> the kind its evaluation-split jobs use (val/test are ~5,000 images, COCO's train 113,287)
 EVAL_KINDS = {"extract": "extract_eval"}

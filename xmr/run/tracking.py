@@ -5,7 +5,7 @@ in the working directory (MLflow >= 3.13 refuses the old ``./mlruns`` file store
 
 Every training run carries its recipe, method, dataset, backbone, git commit and feature checksum as tags, the
 resolved config as params and ``config.yaml`` artifact, per-epoch validation metrics, and (logged by
-:mod:`xmr.results`) the test metrics ``test_{plain|reranker}/{protocol}/{i2t_r1,...,rsum}``, so
+:mod:`xmr.run.results`) the test metrics ``test_{plain|reranker}/{protocol}/{i2t_r1,...,rsum}``, so
 :func:`results_table` can rebuild the results table from MLflow alone. Where the job runs is tagged too
 (``slurm_job_id``, ``dvc_exp_name``, ``host``). ``$XMR_PARENT_RUN_ID`` nests runs under a sweep's parent run.
 """
@@ -244,7 +244,7 @@ class Tracker:
         with mlflow.start_run(**kwargs) as active:
             self.run_id = active.info.run_id
             if id_file is not None:
-                from xmr.io import atomic_path
+                from xmr.core.io import atomic_path
 
                 with atomic_path(id_file) as tmp:
                     tmp.write_text(self.run_id + "\n")
@@ -304,7 +304,7 @@ def results_table(experiment: str, uri: str | None = None, all_runs: bool = Fals
     import mlflow
     from mlflow.entities import ViewType
 
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     uri = uri or tracking_uri()
     client = mlflow.MlflowClient(uri)

@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.lazy import is_tensor, torch  # NumPy inputs on the CPU never import torch (docs/benchmarks.md)
-from xmr.registry import Registry
+from xmr.core.errors import XmrError
+from xmr.core.lazy import is_tensor, torch  # NumPy inputs on the CPU never import torch (docs/benchmarks.md)
+from xmr.core.registry import Registry
 
 Reduce = Callable[..., "torch.Tensor"]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from xmr.layout import tracked_result_name
-from xmr.errors import XmrError
-from xmr.io import read_json, write_json
-from xmr.tracking import Tracker, metrics_to_flat
+from xmr.run.layout import tracked_result_name
+from xmr.core.errors import XmrError
+from xmr.core.io import read_json, write_json
+from xmr.run.tracking import Tracker, metrics_to_flat
 
 
 def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
@@ -24,10 +24,10 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     ``keep_ranks=True`` adds ``query_ranks``: the headline protocol's per-query ranks and the split's subset masks
     (arrays, for :func:`write_query_ranks`; not JSON)."""
     from xmr.evaluation import evaluate_sims
-    from xmr.gallery_cache import read_set_statistics
+    from xmr.run.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
-    from xmr.run_config import load_saved_config  # imports the methods (their schemas): not at module level
-    from xmr.run_settings import run_settings
+    from xmr.run.config import load_saved_config  # imports the methods (their schemas): not at module level
+    from xmr.settings.run_settings import run_settings
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)
@@ -40,14 +40,14 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     params = arrays = None
     train_info = read_json(run_dir / "train.json") if (run_dir / "train.json").exists() else {}
     if rerank:
-        from xmr.config import load_array_params, rerank_params as resolve_rerank_params
+        from xmr.config.loader import load_array_params, rerank_params as resolve_rerank_params
 
         params = resolve_rerank_params(rerank, ds["rerank_defaults"], cfg["eval"]["rerank"],
                                        _validation_scale(rerank, train_info, run_dir) | dict(rerank_params or {}))
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
     labels = subsets = None
     if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
-        from xmr.gallery_cache import read_gallery
+        from xmr.run.gallery_cache import read_gallery
 
         # written by `xmr score`: no re-read of the split
         cached = read_gallery(run_dir, settings, ds["test_split"])
@@ -131,7 +131,7 @@ def write_query_ranks(path: str | os.PathLike, result: dict) -> None:
     """Pop the ``query_ranks`` of a results dict (one evaluation, or ``by_rerank``'s) and write them to one .npz
     (atomically; empty for a class-level protocol): ``{rerank}/i2t``, ``{rerank}/t2i`` (0-based rank of each query's first positive),
     ``subset/{name}/images|captions`` (boolean masks) and ``captions_per_image``."""
-    from xmr.io import atomic_path
+    from xmr.core.io import atomic_path
 
     by = result["by_rerank"] if "by_rerank" in result else {result.get("rerank") or "none": result}
     arrays: dict[str, np.ndarray] = {}

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 @lru_cache(maxsize=512)

@@ -2,7 +2,7 @@
 epoch, read to resume) and ``best.pt`` (the weights every evaluation reads; written by the trainer at a best epoch,
 rebuilt from ``last.pt`` after a kill, and written by ``xmr import-checkpoint`` for a published model).
 
-Both hold tensors and plain data only, so they load with ``torch.load(weights_only=True)`` (:mod:`xmr.io`).
+Both hold tensors and plain data only, so they load with ``torch.load(weights_only=True)`` (:mod:`xmr.core.io`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from xmr.errors import XmrError
-from xmr.io import load_checkpoint, save_checkpoint
+from xmr.core.errors import XmrError
+from xmr.core.io import load_checkpoint, save_checkpoint
 
 LAST = "last.pt"
 BEST = "best.pt"

@@ -2,11 +2,11 @@
 (and what the evaluator reads of the split: image labels, subsets), so that ``xmr search``, ``xmr.load(run)
 .encode_split`` and ``xmr test`` do not re-read and re-encode the split on every call.
 
-``xmr score`` writes ``{run_dir}/gallery_{split}.npz`` (:func:`xmr.layout.gallery_cache_file`); a reader that
+``xmr score`` writes ``{run_dir}/gallery_{split}.npz`` (:func:`xmr.run.layout.gallery_cache_file`); a reader that
 finds it missing or stale recomputes it. The cache is keyed by the SHA-256 of what the embeddings are made from:
 the checkpoint (``best.pt``), ``config.yaml``, the split's image input (its feature file; end to end, the
 annotations), its precomputed text features if any, and the dataset's annotation files; a change to any of them
-makes the cache stale. Large files' digests are themselves cached by size and mtime (:func:`xmr.io.sha256_file`),
+makes the cache stale. Large files' digests are themselves cached by size and mtime (:func:`xmr.core.io.sha256_file`),
 so checking the key costs milliseconds. No torch here: ``xmr test`` reads the cache without it.
 
 Beside it, ``xmr score`` stores a set method's set statistics of the split (``{run_dir}/set_stats_{split}.json``,
@@ -22,18 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from xmr.errors import XmrError
-from xmr.io import atomic_path, sha256_file
-from xmr.layout import gallery_cache_file
-from xmr.run_inputs import RunInputs
-from xmr.run_settings import RunSettings
+from xmr.core.errors import XmrError
+from xmr.core.io import atomic_path, sha256_file
+from xmr.run.inputs import RunInputs
+from xmr.run.layout import gallery_cache_file
+from xmr.settings.run_settings import RunSettings
 
 FORMAT = 2  # 2: the images' file paths (``image_paths``)
 
 
 def input_files(settings: RunSettings, split: str) -> dict[str, Path]:
     """The files a run's embeddings of ``split`` are made from, besides its checkpoint and config
-    (:class:`xmr.run_inputs.RunInputs`)."""
+    (:class:`xmr.run.inputs.RunInputs`)."""
     return RunInputs.of(settings, split).files()
 
 
@@ -110,7 +110,7 @@ def write_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, spli
                          stats: dict[str, Any]) -> Path | None:
     """Store ``stats`` keyed like the gallery cache (checkpoint, config, the split's inputs), atomically; None (and
     nothing written) when the key cannot be made or the run directory is read-only."""
-    from xmr.io import write_json
+    from xmr.core.io import write_json
 
     key = cache_key(run_dir, settings, split)
     if key is None:
@@ -125,7 +125,7 @@ def write_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, spli
 
 def read_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, Any] | None:
     """The set statistics ``xmr score`` stored for ``split``, or None when missing or stale (another checkpoint)."""
-    from xmr.io import read_json
+    from xmr.core.io import read_json
 
     path = set_statistics_file(run_dir, split)
     key = cache_key(run_dir, settings, split)

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from xmr.errors import XmrError
-from xmr.layout import PLAIN, RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
+from xmr.core.errors import XmrError
+from xmr.run.layout import PLAIN, RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 
 
 def rerankers() -> list[str]:
@@ -186,7 +186,7 @@ def load_experiment(name_or_path: str | os.PathLike, config_dir: str | os.PathLi
 
     Its recipes are looked up in ``config_dir``; by default the ``config/`` folder holding the file's
     ``experiments/`` folder (else ``./config``)."""
-    from xmr.config import load_validated
+    from xmr.config.loader import load_validated
 
     path = experiment_path(name_or_path, config_dir or "config")
     if config_dir is None:
@@ -269,8 +269,8 @@ def resolve_variant(exp: Experiment, variant: str, dataset: str | None = None,
 
     Every override key must exist in the recipe's resolved config (a misspelt key would silently sweep nothing).
     """
-    from xmr.run_config import load_run_config
-    from xmr.layout import recipe_path
+    from xmr.run.config import load_run_config
+    from xmr.run.layout import recipe_path
 
     dataset = dataset or exp.datasets[0]
     exp.check_dataset(dataset)
@@ -302,8 +302,8 @@ def _shared_runs(path: str, config_dir: str, dataset: str) -> tuple[tuple[str, R
     """:meth:`Experiment.shared_runs`, once per experiment file and dataset in a process (the workflow asks for
     every results target). A candidate must have the same recipe and the same merged overrides; the resolved run
     configs are then compared whole, so that a match is the same training, not the same-looking one."""
-    from xmr.benchmark import load_benchmark
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
+    from xmr.studies.benchmark import load_benchmark
 
     exp = load_experiment(path, config_dir)
     found: dict[str, RunKey] = {}

@@ -17,7 +17,7 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device("cpu")
     dev = torch.device(name)
     if dev.type == "cuda":  # fail at once in one line, not deep inside the first .to(device)
-        from xmr.errors import XmrError
+        from xmr.core.errors import XmrError
 
         if not torch.cuda.is_available():
             raise XmrError(f"device {name!r} requested, but no CUDA GPU is visible (torch.cuda.is_available() is "

@@ -1,9 +1,9 @@
 """The one record of what a run reads for a split, besides its config and checkpoint: :class:`RunInputs`.
 
 Three readers use it and so cannot disagree: the trainer's resume digest (a run never resumes onto inputs that
-changed since its ``last.pt``), the gallery cache's key (:mod:`xmr.gallery_cache`) and the workflow's rule inputs
-(:mod:`xmr.workflow_inputs`), from the run's typed settings (:mod:`xmr.run_settings`). Paths only: no torch, no file reads
-except the digests.
+changed since its ``last.pt``), the gallery cache's key (:mod:`xmr.run.gallery_cache`) and the workflow's rule inputs
+(:mod:`xmr.planning.workflow_inputs`), from the run's typed settings (:mod:`xmr.settings.run_settings`). Paths only:
+no torch, no file reads except the digests.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.io import sha256_file
-from xmr.run_settings import RunSettings
+from xmr.core.io import sha256_file
+from xmr.settings.run_settings import RunSettings
 
 
 def annotation_files(dataset_cfg: dict) -> list[Path]:

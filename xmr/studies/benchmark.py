@@ -2,7 +2,7 @@
 
 Every variant (a recipe plus overrides) is trained once per seed into ``runs/{dataset}/bench/{name}/{variant}/s{seed}/``
 and evaluated once, plain and with every re-ranker of the file, into
-``results/{dataset}/bench/{name}/{variant}/s{seed}.json`` (:func:`xmr.results.evaluate_run_many`). Then
+``results/{dataset}/bench/{name}/{variant}/s{seed}.json`` (:func:`xmr.run.results.evaluate_run_many`). Then
 :func:`write_benchmark` gathers them into ``results/{dataset}/{name}.{md,csv,json,png}`` (mean ± std over seeds, on
 the whole test split and on each evaluation subset of the dataset, e.g. synth's ``ambiguous`` queries; how each run's
 training ended and the spread of its test matrix, collapsed runs flagged), ``{name}_curves.png`` (validation curves)
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.evaluation.stats import compare, holm, mean_std, t_test  # noqa: F401 - the statistics of the claims
-from xmr.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
+from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 
 PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
@@ -98,7 +98,7 @@ class Benchmark:
         return [f"{k}={json.dumps(v)}" for k, v in over.items()]
 
     def run_config(self, variant: str, seed: int) -> dict:
-        from xmr.run_config import load_run_config
+        from xmr.run.config import load_run_config
 
         return load_run_config(self.recipe_path(variant), self.train_overrides(variant, seed))
 
@@ -122,7 +122,7 @@ def benchmark_names(config_dir: str | os.PathLike = "config") -> list[str]:
 
 def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLike | None = None) -> Benchmark:
     """Load and validate a benchmark file; its recipes must exist and its claims must name its variants."""
-    from xmr.config import load_validated
+    from xmr.config.loader import load_validated
     from xmr.rerank import RERANKERS
 
     path = benchmark_path(name_or_path, config_dir or "config")
@@ -176,7 +176,7 @@ METHOD_SETTINGS = "method_settings.yaml"
 
 def _get(cfg: dict, dotted: str) -> Any:
     if dotted == "epoch cap":  # train.epochs, or the rule's max_epochs when the rule is on
-        from xmr.run_settings import max_epochs
+        from xmr.settings.run_settings import max_epochs
 
         return max_epochs(cfg)
     for part in dotted.split("."):
@@ -220,7 +220,7 @@ def _short(value: Any) -> str:
 
 def load_method_settings(config_dir: str | os.PathLike = "config") -> dict[str, dict[str, dict]]:
     """``config/method_settings.yaml`` (schema ``method_settings``): ``{method: {key: {value, source}}}``."""
-    from xmr.config import load_validated
+    from xmr.config.loader import load_validated
 
     path = Path(config_dir) / METHOD_SETTINGS
     return load_validated(path, "method_settings") if path.exists() else {}
@@ -231,7 +231,7 @@ def claim_differences(bench: Benchmark, claim: dict, declared: dict | None = Non
     """Every setting that both sides' resolved run configs (seed aside) have with different values, each with
     who declares it; a one-line error for one that nobody declares. Keys only one side has are its method's own
     architecture; keys that do not change training (:func:`inert_keys`, :data:`META_KEYS`) are left out."""
-    from xmr.tracking import flatten
+    from xmr.run.tracking import flatten
 
     (bv, _), (wv, _) = _side(claim["better"]), _side(claim["worse"])
     if bv == wv:
@@ -324,7 +324,7 @@ def set_metrics(result: dict) -> dict[str, float]:
 def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, strict: bool = True) -> list[dict]:
     """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files (the
     run's set statistics, ``SET_METRICS``, repeated in each of its records)."""
-    from xmr.io import read_json
+    from xmr.core.io import read_json
 
     records = []
     missing = []
@@ -355,7 +355,7 @@ def median_epoch_seconds(run_dir: str | os.PathLike) -> float | None:
     path = Path(run_dir) / "history.csv"
     if not path.exists():
         return None
-    from xmr.io import read_history
+    from xmr.core.io import read_history
 
     secs = [r["seconds"] for r in read_history(run_dir) if "seconds" in r]
     return float(np.median(secs)) if secs else None
@@ -369,8 +369,8 @@ def gather_training(bench: Benchmark, results_root: str | os.PathLike = RESULTS_
     """One record per (variant, seed) present: how its training ended and the spread of its test matrix (what
     each per-seed results file repeats from the run; NaN / None for results written before they were recorded),
     and the in-batch top-1 of its scored test matrix (``runs/.../test_sims.npy``) at each batch of ``IN_BATCH``."""
+    from xmr.core.io import read_json
     from xmr.evaluation.spread import in_batch_top1
-    from xmr.io import read_json
 
     out = []
     for variant in bench.variants:
@@ -451,7 +451,7 @@ def training_markdown(bench: Benchmark, training: list[dict]) -> str:
 
 def run_histories(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT) -> dict[str, list[list[dict]]]:
     """``{variant: [history rows of each seed's run]}`` for the runs that have a history.csv."""
-    from xmr.io import read_history
+    from xmr.core.io import read_history
 
     out: dict[str, list[list[dict]]] = {}
     for v in bench.variants:
@@ -514,7 +514,7 @@ QUERY_CUTOFFS = {"rsum": ((1, 5, 10), (1, 5, 10)), "i2t_r1": ((1,), ()), "t2i_r1
 def query_differences(ranks: dict[str, np.ndarray], better: str, worse: str, subset: str = ALL,
                       metric: str = "rsum") -> np.ndarray:
     """Per image cluster (an image with its captions), its contribution to ``metric``(better) - ``metric``(worse)
-    of one trained model under two re-rankers, from the per-query ranks (:func:`xmr.results.write_query_ranks`);
+    of one trained model under two re-rankers, from the per-query ranks (:func:`xmr.run.results.write_query_ranks`);
     the contributions add up to the metric's difference. Clusters with no query in ``subset`` are left out."""
     i2t_k, t2i_k = QUERY_CUTOFFS[metric]
     c = int(ranks["captions_per_image"])
@@ -541,7 +541,7 @@ def query_level(bench: Benchmark, claim: dict, seeds: list[int],
     (:func:`xmr.evaluation.stats.cluster_bootstrap`). It answers: on this test set, do these trained models
     gain? (The seed-level test asks it of training runs in general.)"""
     from xmr.evaluation.stats import cluster_bootstrap
-    from xmr.results import read_query_ranks
+    from xmr.run.results import read_query_ranks
 
     (v, br), (_, wr) = _side(claim["better"]), _side(claim["worse"])
     per_seed = [query_differences(read_query_ranks(ranks_path(bench.result_path(v, s, results_root))), br, wr,
@@ -638,7 +638,7 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
            results_root: str | os.PathLike = RESULTS_ROOT) -> dict[str, float]:
     """Training minutes summed over runs (their train.json) and the wall span from the first run's start (its
     config.yaml) to the last results file."""
-    from xmr.io import read_json
+    from xmr.core.io import read_json
 
     train_s, median_s, starts, ends = 0.0, 0.0, [], []
     for v in bench.variants:
@@ -664,7 +664,7 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
 
 def dataset_stats(bench: Benchmark) -> dict | None:
     """``xmr synth --stats`` of the benchmark's dataset when it is generated (synth), else None."""
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
 
     if not (bench.config_dir / "datasets" / f"{bench.dataset}.yaml").exists():
         return None
@@ -881,7 +881,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
                     strict: bool = True) -> dict[str, Path]:
     """Write ``{name}.md/.csv/.json/.png``, ``{name}_curves.png``, ``{name}_claims.md/.csv`` and ``{name}_training.md``
     (atomically) and return their paths. ``strict=False`` writes what exists: missing runs are listed and their claims marked *not run*."""
-    from xmr.io import atomic_path, write_json
+    from xmr.core.io import atomic_path, write_json
 
     differences = check_trained_alike(bench)
     out = Path(out_dir or results_dir(bench.dataset, results_root))

@@ -1,6 +1,6 @@
 """The run config turned into typed settings, once: :func:`run_settings`.
 
-The trainer and the ``xmr`` commands hold the run config (a validated dict, :mod:`xmr.run_config`). Below them each
+The trainer and the ``xmr`` commands hold the run config (a validated dict, :mod:`xmr.run.config`). Below them each
 part takes the frozen settings of its own concern and nothing else, so that a signature says what a part depends
 on and a key renamed in the schema fails here, when the settings are built, not in whichever part reads it:
 
@@ -34,11 +34,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def _in_schema(dotted: str) -> bool:
-    from xmr.config import load_schema
+    from xmr.config.loader import load_schema
 
     node = load_schema("run")
     for part in dotted.split("."):
@@ -137,8 +137,8 @@ class ImageInput:
 
 
 def _backbone_class(image: ImageInput):
+    from xmr.core.registry import import_submodules
     from xmr.features.backbones import BACKBONES
-    from xmr.registry import import_submodules
 
     if not image.backbone or image.backbone_entry is None:
         raise XmrError(f"{image.name}: features.backbone: end-to-end training (features.source: images) needs a "
@@ -358,8 +358,8 @@ def max_epochs(cfg: dict) -> int:
 
 
 def run_settings(cfg: dict) -> RunSettings:
-    """The typed settings of a validated run config (:func:`xmr.run_config.load_run_config` or
-    :func:`~xmr.run_config.load_saved_config`), each built here and nowhere else."""
+    """The typed settings of a validated run config (:func:`xmr.run.config.load_run_config` or
+    :func:`~xmr.run.config.load_saved_config`), each built here and nowhere else."""
     name, dataset = cfg.get("name", "run config"), cfg["dataset"]
     image = _fill(ImageInput, cfg, name=name, dataset=dataset, backbone_entry=copy.deepcopy(cfg.get("backbone_cfg")))
     return RunSettings(

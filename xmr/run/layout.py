@@ -12,12 +12,12 @@ experiments, the benchmark, the report and ``xmr doctor`` ask it; nothing else b
   ====================  ==========================================  ================================================
 
   (an imported checkpoint is a recipe whose config names ``checkpoint:``); :meth:`RunKey.parse_run` and
-  :meth:`RunKey.from_run_dir` read run paths back (results paths: :func:`xmr.workflow_inputs.parse_result`; a run's
-  config: :func:`xmr.workflow_inputs.run_config`);
+  :meth:`RunKey.from_run_dir` read run paths back (results paths:
+  :func:`xmr.planning.workflow_inputs.parse_result`; a run's config: :func:`xmr.planning.workflow_inputs.run_config`);
 - recipes ``config/recipes/{dataset}/{recipe}.yaml``, method defaults ``config/methods/{method}.yaml``;
 - features ``{features.dir}/{dataset}/{backbone}/{split}.h5``;
 - in a run directory: ``best.pt``, ``last.pt``, ``config.yaml``, ``test_sims.npy``, ``gallery_{split}.npz`` (the
-  embeddings cache of ``xmr score``), ``train.lock`` (its one writer, :mod:`xmr.run_lock`).
+  embeddings cache of ``xmr score``), ``train.lock`` (its one writer, :mod:`xmr.run.lock`).
 
 Name lists (methods, re-rankers) are read from the registries, never repeated here.
 """
@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.errors import XmrError
-from xmr.run_settings import feature_file  # noqa: F401 - feature files: named in xmr.run_settings
+from xmr.core.errors import XmrError
+from xmr.settings.run_settings import feature_file  # noqa: F401 - feature files: named in xmr.settings.run_settings
 
 RUNS_ROOT = "runs"
 RESULTS_ROOT = "results"
@@ -70,7 +70,8 @@ def tracked_result_name(run_name: str, tag: str) -> str:
 
 
 def gallery_cache_file(run_dir: str | os.PathLike, split: str) -> Path:
-    """``runs/{dataset}/{recipe}/gallery_{split}.npz``: the run's cached embeddings of a split (xmr.gallery_cache)."""
+    """``runs/{dataset}/{recipe}/gallery_{split}.npz``: the run's cached embeddings of a split
+    (xmr.run.gallery_cache)."""
     return Path(run_dir) / f"gallery_{split}.npz"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 T = TypeVar("T")
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from xmr.layout import result_path
-from xmr.errors import XmrError
+from xmr.run.layout import result_path
+from xmr.core.errors import XmrError
 
 #: backbone family -> (module it needs, how to get it); families not listed need only xmr's requirements
 BACKENDS = {"butd_detectron2": ("detectron2", "build detectron2 in its env: `conda env create -f envs/detectron2.yaml`"
@@ -183,7 +183,7 @@ def _check_splits(rep: Report, ds: dict) -> None:
 
 
 def _check_backbone(rep: Report, key: str, config_dir: str | Path) -> None:
-    from xmr.config import load_backbone_config
+    from xmr.config.loader import load_backbone_config
 
     bb = load_backbone_config(key, config_dir)
     for k in ("weights", "config_file", "detector_weights"):
@@ -201,7 +201,7 @@ def _check_precomputed(rep: Report, dataset: str, ds: dict, key: str, split: str
                        config_dir: str | Path) -> None:
     """Features of a precomputed-only backbone: rule import_precomputed runs the entry's import_command on the
     authors' vectors; nothing else can make them."""
-    from xmr.config import load_backbone_config
+    from xmr.config.loader import load_backbone_config
     from xmr.features.backbones.precomputed import import_argv, import_source
     from xmr.features.importers import scan_source_split
 
@@ -220,7 +220,7 @@ def _check_precomputed(rep: Report, dataset: str, ds: dict, key: str, split: str
 def _check_features(rep: Report, dataset: str, ds: dict, info: dict, config_dir: str | Path,
                     cnn_in_checkpoint: bool = False) -> None:
     from xmr.features.importers import scan_source_split
-    from xmr.workflow_inputs import image_inputs, precomputed_backbones
+    from xmr.planning.workflow_inputs import image_inputs, precomputed_backbones
 
     if info["source"] == "images":  # end to end: images + the backbone's weights
         _check_dataset(rep, ds, need_images=True)
@@ -272,7 +272,7 @@ def _check_text(rep: Report, cfg: dict, dataset: str, config_dir: str | Path) ->
                 f"`huggingface-cli download {Path(bert).name} --local-dir {bert}` on a connected machine")
     kind = (cfg.get("features") or {}).get("text")
     if text.get("encoder") == "precomputed" and kind:
-        from xmr.workflow_inputs import recipe_text_feature_files
+        from xmr.planning.workflow_inputs import recipe_text_feature_files
         from xmr.text.hglmm import load_text_feature_settings
 
         files = recipe_text_feature_files(dataset, cfg["name"], config_dir)
@@ -304,7 +304,7 @@ def _check_checkpoint(rep: Report, spec: dict) -> None:
 def _check_tracking(rep: Report, cfg: dict | None) -> None:
     if cfg is not None and not cfg["tracking"]["enabled"]:
         return
-    from xmr.tracking import sqlite_path, tracking_uri
+    from xmr.run.tracking import sqlite_path, tracking_uri
 
     uri = tracking_uri()
     if importlib.util.find_spec("mlflow") is None:
@@ -322,10 +322,10 @@ def _check_tracking(rep: Report, cfg: dict | None) -> None:
 
 def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "config") -> Report:
     """What ``results/{dataset}/{target}.json`` (or, without a target, the dataset) needs and what is missing."""
-    from xmr.config import load_dataset_config
-    from xmr.run_config import load_run_config
-    from xmr.layout import parse_target, recipe_path
-    from xmr.workflow_inputs import recipe_features
+    from xmr.config.loader import load_dataset_config
+    from xmr.run.config import load_run_config
+    from xmr.run.layout import parse_target, recipe_path
+    from xmr.planning.workflow_inputs import recipe_features
 
     ds = load_dataset_config(dataset, config_dir)
     rep = Report(dataset, target)
@@ -355,10 +355,10 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
 
 
 def zoo_doctor(config_dir: str | Path = "config") -> list[Report]:
-    """:func:`doctor` of every model-zoo target (each recipe with a ``checkpoint:`` section, xmr.zoo): what each
+    """:func:`doctor` of every model-zoo target (each recipe with a ``checkpoint:`` section, xmr.studies.zoo): what each
     still needs (the official file, its vocabulary, the test features or images). The ``_fr`` target of a model
     needs the same files."""
-    from xmr.zoo import zoo_entries
+    from xmr.studies.zoo import zoo_entries
 
     return [doctor(e.dataset, e.name, config_dir) for e in zoo_entries(config_dir)]
 
@@ -403,7 +403,7 @@ def workflow_preflight(workflow: Any, dataset: str, target: str, config_dir: str
 def preflight_targets(targets: Iterable[str], config_dir: str | Path = "config", stream=None) -> int:
     """Print :func:`doctor`'s report for each ``results/{dataset}/{target}.json`` in ``targets`` whose dataset
     is not generated; never raises. Returns the number of missing pieces."""
-    from xmr.config import load_dataset_config
+    from xmr.config.loader import load_dataset_config
 
     stream = stream or sys.stderr
     missing = 0

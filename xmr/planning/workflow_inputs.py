@@ -1,4 +1,4 @@
-"""What the workflow's rules read, per run key (:class:`xmr.layout.RunKey`): a run's resolved config and the files
+"""What the workflow's rules read, per run key (:class:`xmr.run.layout.RunKey`): a run's resolved config and the files
 it is read from, the image and text feature files its training and scoring need (honouring ``features.dir``,
 ``features.source: images`` and precomputed text features for every run kind alike), a re-ranker's extra input
 files (declared on its :class:`~xmr.rerank.base.RerankerSpec`), the workflow config's validation, the
@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from xmr.errors import XmrError
-from xmr.layout import PLAIN, RUNS_ROOT, RunKey, feature_file, parse_target, recipe_path
+from xmr.core.errors import XmrError
+from xmr.run.layout import PLAIN, RUNS_ROOT, RunKey, feature_file, parse_target, recipe_path
 
 #: printed by the workflow's ``onerror`` handler (workflow/rules/common.smk, :func:`after_failure`)
 AFTER_FAILURE = ("xmr: the workflow stopped; each failed job's one-line error is above, from its log. If Snakemake "
@@ -61,8 +61,8 @@ def after_failure(workflow: Any) -> str:
 def validate_workflow_config(config: dict, schema_path: str | Path) -> dict:
     """Validate (and fill defaults of) the workflow config against its schema with xmr's one config validator:
     a bad key is one line naming it and its nearest valid names, not Snakemake's dump of the whole schema."""
-    from xmr.config import load_yaml, validate
-    from xmr.jobs import check_resources
+    from xmr.config.loader import load_yaml, validate
+    from xmr.planning.jobs import check_resources
 
     src = "config/config.yaml (with --config overrides)"
     try:
@@ -95,7 +95,7 @@ def stop_on_xmr_error(func: Callable[..., Any]) -> Callable[..., Any]:
 # --- a run's config ---------------------------------------------------------------------------------------------
 
 def _experiment(name: str, dataset: str, config_dir: str | Path):
-    from xmr.experiments import experiment_path, load_experiment
+    from xmr.studies.experiments import experiment_path, load_experiment
 
     exp = load_experiment(experiment_path(name, config_dir))
     exp.check_dataset(dataset)
@@ -103,7 +103,7 @@ def _experiment(name: str, dataset: str, config_dir: str | Path):
 
 
 def _benchmark(key: RunKey, config_dir: str | Path):
-    from xmr.benchmark import benchmark_path, load_benchmark
+    from xmr.studies.benchmark import benchmark_path, load_benchmark
 
     bench = load_benchmark(benchmark_path(key.name, config_dir))
     if bench.dataset != key.dataset:
@@ -127,10 +127,10 @@ def run_config_files(key: RunKey, config_dir: str | Path = "config") -> list[str
 def run_config(key: RunKey, extra: Iterable[str] = (), config_dir: str | Path = "config") -> dict:
     """The run's validated config: its recipe with the experiment's or benchmark's overrides, then ``extra``
     ``KEY.PATH=VALUE`` strings (``xmr train --set``)."""
-    from xmr.run_config import load_run_config
+    from xmr.run.config import load_run_config
 
     if key.kind == "experiment":
-        from xmr.experiments import resolve_variant
+        from xmr.studies.experiments import resolve_variant
 
         return resolve_variant(_experiment(key.name, key.dataset, config_dir), key.variant, key.dataset, extra=list(extra))
     if key.kind == "benchmark":
@@ -170,8 +170,8 @@ def requested_target_error(targets: Iterable[str], config_dir: str | Path = "con
     InputFunctionException. A broken dataset config stops its own targets only."""
     import re
 
-    from xmr.config import load_dataset_config
-    from xmr.layout import result_pattern, split_results_target
+    from xmr.config.loader import load_dataset_config
+    from xmr.run.layout import result_pattern, split_results_target
 
     pattern = re.compile(result_pattern(config_dir=config_dir))
     for target in targets:
@@ -213,10 +213,10 @@ def stage_splits(info: dict, stage: str | list[str]) -> list[str]:
 
 
 def split_inputs(cfg: dict, splits: list[str]) -> dict[str, list[str]]:
-    """The image side and the precomputed text features of ``splits`` (:class:`xmr.run_inputs.RunInputs`, the
+    """The image side and the precomputed text features of ``splits`` (:class:`xmr.run.inputs.RunInputs`, the
     record the trainer's resume digest and the gallery cache use too), each file once."""
-    from xmr.run_inputs import RunInputs
-    from xmr.run_settings import run_settings
+    from xmr.run.inputs import RunInputs
+    from xmr.settings.run_settings import run_settings
 
     settings = run_settings(cfg)
     records = [RunInputs.of(settings, s) for s in splits]
@@ -281,7 +281,7 @@ def feature_dirs(config_dir: str | Path = "config") -> list[str]:
     """Every ``features.dir`` the recipes and method files name (plus the schema default ``features``): the
     values the feature rules' ``{fdir}`` wildcard may take. Read without validation (it runs when the workflow
     is parsed)."""
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     dirs = {"features"}
     root = Path(config_dir)
@@ -329,7 +329,8 @@ _ANNOUNCED: set[str] = set()
 def planned_runs(dataset: str, recipes: list[str], experiments: list = (),
                  runs_root: str | os.PathLike = RUNS_ROOT) -> list[Path]:
     """The run directories (one training each) behind ``recipes`` of ``dataset`` plus the variants of
-    ``experiments`` (:class:`xmr.experiments.Experiment`; a comparison of recipes trains the recipes themselves)."""
+    ``experiments`` (:class:`xmr.studies.experiments.Experiment`; a comparison of recipes trains the recipes
+    themselves)."""
     runs = {RunKey.recipe(dataset, r).run_dir(runs_root) for r in recipes}
     for exp in experiments:
         if dataset in exp.datasets:
@@ -358,7 +359,7 @@ def announce_trainings(target: str, run_dirs: list[Path]) -> None:
 def checkpoint_recipes(config_dir: str | Path = "config") -> list[str]:
     """Names of the recipes (any dataset) with a ``checkpoint:`` section: their runs are imported from a published
     checkpoint (rule ``import_checkpoint``), not trained. The section must be in the recipe file itself."""
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     return sorted({p.stem for p in Path(config_dir).glob("recipes/*/*.yaml") if "checkpoint" in load_yaml(p)})
 
@@ -375,7 +376,7 @@ def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "confi
     """Files rule ``import_checkpoint`` reads: the recipe, and the official file and its vocabulary file when they
     are there (then a new download re-imports). A missing one is no input, so that the target is still planned
     (no training rule takes over) and the job, like ``xmr doctor``, names the file and where it is published."""
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     path = recipe_path(dataset, recipe, config_dir)
     spec = load_yaml(path).get("checkpoint") if Path(path).exists() else None
@@ -393,7 +394,7 @@ def checkpoint_inputs(dataset: str, recipe: str, config_dir: str | Path = "confi
 
 def precomputed_backbones(config_dir: str | Path = "config") -> list[str]:
     """Keys of config/backbones.yaml whose features only ``xmr import-features`` can make (no extractor)."""
-    from xmr.config import load_yaml
+    from xmr.config.loader import load_yaml
 
     return sorted(k for k, v in (load_yaml(Path(config_dir) / "backbones.yaml") or {}).items()
                   if isinstance(v, dict) and v.get("name") == "precomputed")
@@ -415,7 +416,7 @@ def precomputed_import(dataset: str, backbone: str, split: str, out: str | None 
     running the documented command, names the missing file."""
     import shlex
 
-    from xmr.config import load_backbone_config, load_dataset_config
+    from xmr.config.loader import load_backbone_config, load_dataset_config
     from xmr.features.backbones.precomputed import import_argv, import_source
     from xmr.features.importers import scan_source_split
 

@@ -114,7 +114,7 @@ def append_output_to(path: str | os.PathLike) -> None:
     attempts wrote, where the trainer's ``==== resuming ... ====`` line separates them."""
     from pathlib import Path
 
-    from xmr.errors import XmrError
+    from xmr.core.errors import XmrError
 
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

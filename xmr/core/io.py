@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 
 
 def fault_point(phase: str) -> None:

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from xmr.errors import XmrError
-from xmr.io import check_writable_dir, remove_stale_temps
+from xmr.core.errors import XmrError
+from xmr.core.io import check_writable_dir, remove_stale_temps
 
 LOCK_NAME = "train.lock"
 #: set by the launcher for the processes it starts: the resolved run directory whose lock it holds

@@ -26,16 +26,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from xmr.errors import XmrError
+from xmr.core.errors import XmrError
 from xmr.methods import METHODS, RetrievalModel
 from xmr.methods.base import MethodSettings
 from xmr.models.text import text_cfg_for_checkpoint
-from xmr.progress import log_line
-from xmr.io import load_checkpoint
-from xmr.loaders import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
+from xmr.core.progress import log_line
+from xmr.core.io import load_checkpoint
+from xmr.inference.loaders import CaptionCollate, CaptionDataset, image_input, image_loader_parts, load_split_images
 from xmr.models.image_backbone import build_image_backbone
-from xmr.run_settings import ImageInput, RunSettings, run_settings
-from xmr.utils import resolve_device
+from xmr.settings.run_settings import ImageInput, RunSettings, run_settings
+from xmr.core.utils import resolve_device
 
 
 def build_model(method: MethodSettings, image: ImageInput, image_dim: int | None, vocab_words: list[str] | None,
@@ -71,7 +71,7 @@ def encode_split(model: RetrievalModel, image: ImageInput, data, feats, device: 
                  progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Embeddings of the first ``max_images`` images of a split and of their captions (eval mode), in batches of
     ``batch_size`` (``eval.batch_size``). ``feats``: the split's image side from
-    :func:`xmr.loaders.load_split_images` (features or image files, decoded by ``workers`` processes)."""
+    :func:`xmr.inference.loaders.load_split_images` (features or image files, decoded by ``workers`` processes)."""
     from tqdm import tqdm
 
     model.eval()
@@ -101,7 +101,7 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
                  checkpoint: str | os.PathLike | None = None) -> tuple[RetrievalModel, dict]:
     """(model in eval mode on ``device``, resolved config) from a finished run directory (``best.pt``, or
     ``checkpoint`` when given). Only the weights are read: no optimizer state."""
-    from xmr.run_config import load_saved_config
+    from xmr.run.config import load_saved_config
 
     run_dir = Path(run_dir)
     cfg = load_saved_config(run_dir)
@@ -116,7 +116,7 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
 def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
                 progress: bool = True) -> tuple[np.ndarray, dict]:
     """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
-    from xmr.gallery_cache import write_gallery
+    from xmr.run.gallery_cache import write_gallery
 
     dev = resolve_device(device)
     model, cfg = load_trained(run_dir, dev)
@@ -132,7 +132,7 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     write_gallery(run_dir, settings, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
     if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
-        from xmr.gallery_cache import write_set_statistics
+        from xmr.run.gallery_cache import write_set_statistics
 
         stats = compute_set_statistics(model, settings.image.max_regions, settings.validation.batch_size, data, feats,
                                        dev, img, cap)
@@ -221,7 +221,7 @@ def resolve_run(run: str | os.PathLike) -> tuple[Path, Path]:
         return p.parent, p
     if p.suffix == ".pt" or os.sep in str(run):
         raise XmrError(f"{run}: no such run directory or checkpoint; train it first (`xmr train`)")
-    from xmr.tracking import tracking_uri
+    from xmr.run.tracking import tracking_uri
 
     try:
         import mlflow
@@ -328,7 +328,7 @@ class Model:
         if missing:
             raise XmrError(f"{missing[0]}: image file not found")
         if self.settings.image.end_to_end:  # the fine-tuned backbone is part of the model
-            from xmr.loaders import ImageFiles
+            from xmr.inference.loaders import ImageFiles
 
             prep = self.settings.image.preparation
             dataset, collate = image_loader_parts(ImageFiles(paths, prep.size, prep.resize, prep.max_size),
@@ -391,7 +391,7 @@ class Model:
         else:
             sims = self.similarity(queries, gallery)
         if rerank:
-            from xmr.config import load_array_params, rerank_params as resolve_rerank_params
+            from xmr.config.loader import load_array_params, rerank_params as resolve_rerank_params
             from xmr.rerank import rerank as apply_rerank
 
             ds = self.cfg["dataset_cfg"].get("rerank_defaults") or self.cfg.get("dataset")
@@ -412,9 +412,9 @@ class Model:
         for a features-only dataset), ``image_emb``, ``captions`` (with ``caption_image``: the index of each
         caption's image), ``text_emb`` (the embeddings as float32 NumPy arrays, as :meth:`encode_image` /
         :meth:`encode_text` give them). A run's own model (its
-        ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.gallery_cache`), and computes and
+        ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.run.gallery_cache`), and computes and
         caches them when the cache is missing or stale."""
-        from xmr.gallery_cache import read_gallery, write_gallery
+        from xmr.run.gallery_cache import read_gallery, write_gallery
 
         split = split or self.cfg["dataset_cfg"]["test_split"]
         cacheable = self.run_dir is not None and self.checkpoint is not None \

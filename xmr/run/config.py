@@ -1,8 +1,8 @@
 """The run config: from a recipe (:func:`load_run_config`) or from a run directory (:func:`load_saved_config`).
 
 A recipe (``extends:`` resolved, ``--set`` overrides applied) validated against the run schema
-and then against its method's own schema (a built-in method's is a file, :func:`xmr.config.method_schema`, so that
-validating imports neither the methods nor torch; a plugin's is looked up in the registry), with its dataset and
+and then against its method's own schema (a built-in method's is a file, :func:`xmr.config.loader.method_schema`, so
+that validating imports neither the methods nor torch; a plugin's is looked up in the registry), with its dataset and
 backbone configs attached."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Iterable
 import copy
 from functools import lru_cache
 
-from xmr.config import (_load_with_extends, apply_overrides, parse_assignments, deep_merge, find_config_dir, load_backbone_config,
-                        load_dataset_config, load_schema, load_yaml, method_schema, validate)
-from xmr.errors import XmrError
-from xmr.registry import PLUGINS_ENV
+from xmr.config.loader import (_load_with_extends, apply_overrides, parse_assignments, deep_merge, find_config_dir,
+                               load_backbone_config, load_dataset_config, load_schema, load_yaml, method_schema,
+                               validate)
+from xmr.core.errors import XmrError
+from xmr.core.registry import PLUGINS_ENV
 
 
 def run_schema() -> dict:
@@ -29,7 +30,7 @@ def run_schema() -> dict:
         return load_schema("run")
     import xmr.methods  # noqa: F401 - imports the plugins, which may register text encoders and measures
     from xmr.models.text import TEXT_ENCODERS
-    from xmr.similarity import SIMILARITIES
+    from xmr.similarity.measures import SIMILARITIES
 
     return _run_schema(tuple(TEXT_ENCODERS.names()), (*SIMILARITIES.names(), "model"))
 
