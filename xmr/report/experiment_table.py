@@ -18,6 +18,7 @@ from xmr.core.errors import XmrError
 from xmr.studies.experiments import PLAIN, Experiment, resolve_variant
 from xmr.core.io import read_json
 from xmr.report.tables import RECALLS, csv_table, fmt, metric_row, run_dir_of, train_seconds
+from xmr.run.tracking import flatten
 
 
 def rerank_label(rerank: str) -> str:
@@ -37,19 +38,9 @@ def changes_text(exp: Experiment, variant: str, dataset: str | None = None) -> s
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in over.items())
 
 
-def _flat(cfg: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in cfg.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def ladder_step(exp: Experiment, dataset: str, before: str, after: str) -> str:
     """The model, loss and training settings on which rung ``after`` differs from rung ``before``."""
-    a, b = ({k: v for k, v in _flat({s: resolve_variant(exp, name, dataset)[s]
+    a, b = ({k: v for k, v in flatten({s: resolve_variant(exp, name, dataset)[s]
                                      for s in ("model", "loss", "train", "optim")}).items() if k != "train.seed"}
             for name in (before, after))
     diffs = [f"{k}: {json.dumps(a.get(k))} → {json.dumps(b.get(k))}" for k in sorted(set(a) | set(b))
