@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
 TEST_WORKERS ?= 2
-DEMO_TARGET ?= results/synth/dvse.json results/synth/dvse_fr.json
+DEMO_TARGET ?= results/synth/dvse_demo.json results/synth/dvse_demo_fr.json
 # the Snakemake targets `make sync` marks up to date; default: those of the dvc.lock stages that are present
 DVC_TARGETS ?=
 MLFLOW_HOST ?= 127.0.0.1

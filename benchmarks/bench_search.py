@@ -1,6 +1,6 @@
 """Benchmark of ``xmr search`` start to finish (not a test; figures go to docs/benchmarks.md).
 
-On a trained run (default: the demo's ``runs/synth/dvse``, from ``make demo``), each a fresh process:
+On a trained run (default: the demo's ``runs/synth/dvse_demo``, from ``make demo``), each a fresh process:
 
 1. cold: the run's gallery cache removed first, so the search reads and encodes the test split (and caches it);
 2. repeated: the same search again, ``--repeat`` times, reading the cache;
@@ -8,7 +8,7 @@ On a trained run (default: the demo's ``runs/synth/dvse``, from ``make demo``), 
 
 Wall and CPU time (the child's, from getrusage) per call. Target: a repeated search <= 3 s wall.
 
-    .venv/bin/python benchmarks/bench_search.py [--run runs/synth/dvse] [--repeat 3] [--json out.json]
+    .venv/bin/python benchmarks/bench_search.py [--run runs/synth/dvse_demo] [--repeat 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from xmr.run.layout import gallery_cache_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", default="runs/synth/dvse")
+    ap.add_argument("--run", default="runs/synth/dvse_demo")
     ap.add_argument("--text", default="a red circle left of a square")
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)

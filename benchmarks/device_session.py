@@ -3,8 +3,8 @@ kind of CPU, each step time-boxed.
 
 Not a test (CI has no GPU). Its lanes run side by side, each on its own CPUs, so that one short call covers them:
 
-- ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse.json
-  results/synth/dvse_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
+- ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse_demo.json
+  results/synth/dvse_demo_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
   snakemake need not be installed there); the same lane on this machine gives the comparison
   (here it times within the VM's drift of `make demo`: docs/benchmarks.md).
   The DVSE recipe initialises its words from GloVe, whose 80 MB package does not fit either: ``--glove-stand-in
@@ -71,16 +71,16 @@ def demo_jobs() -> list[list[list[str]]]:
              "--out", f"{DEMO_FEATURES.relative_to(ROOT)}/{split}.h5", "--workers", "0", "--threads", "1",
              "--no-progress")
              for split in ("train", "val", "test")]
-    test = ["test", "--run", "runs/synth/dvse", "--sims", "runs/synth/dvse/test_sims.npy", "--no-tracking"]
+    test = ["test", "--run", "runs/synth/dvse_demo", "--sims", "runs/synth/dvse_demo/test_sims.npy", "--no-tracking"]
     metrics = ["--metrics-out", "results/synth/{}.metrics.json", "--ranks-out", "results/synth/{}.ranks.npz"]
     return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], feats,
-            [xmr("train", "--run", "runs/synth/dvse", "--no-progress", "--log", "logs/train/synth_dvse.log",
+            [xmr("train", "--run", "runs/synth/dvse_demo", "--no-progress", "--log", "logs/train/synth_dvse_demo.log",
                  *NO_TRACKING)],
-            [xmr("score", "--run", "runs/synth/dvse", "--out", "runs/synth/dvse/test_sims.npy", "--no-progress")],
-            [xmr(*test, "--out", "results/synth/dvse.json", metrics[0], metrics[1].format("dvse"), metrics[2],
-                 metrics[3].format("dvse")),
-             xmr(*test, "--rerank", "fr", "--out", "results/synth/dvse_fr.json", metrics[0],
-                 metrics[1].format("dvse_fr"), metrics[2], metrics[3].format("dvse_fr"))]]
+            [xmr("score", "--run", "runs/synth/dvse_demo", "--out", "runs/synth/dvse_demo/test_sims.npy", "--no-progress")],
+            [xmr(*test, "--out", "results/synth/dvse_demo.json", metrics[0], metrics[1].format("dvse_demo"), metrics[2],
+                 metrics[3].format("dvse_demo")),
+             xmr(*test, "--rerank", "fr", "--out", "results/synth/dvse_demo_fr.json", metrics[0],
+                 metrics[1].format("dvse_demo_fr"), metrics[2], metrics[3].format("dvse_demo_fr"))]]
 
 
 class Session:
@@ -153,7 +153,7 @@ def demo(s: Session) -> None:
         if not s.run("demo", f"demo_{i}_{stage[0][3]}", stage, 600):
             return
     metrics = {}
-    for name in ("dvse", "dvse_fr"):
+    for name in ("dvse_demo", "dvse_demo_fr"):
         res = json.loads((ROOT / f"results/synth/{name}.json").read_text())
         metrics[name] = res["rsum"]
     (s.out / "demo.json").write_text(json.dumps({"pipeline_s": time.perf_counter() - t0, "rsum": metrics}) + "\n")
@@ -177,8 +177,8 @@ def lane_gpu(s: Session, args: argparse.Namespace) -> None:
                                     "--workers", "4", "--images", "64" if args.quick else "256", "--repeat", "2",
                                     "--json", str(o / "bench_extract.json")]], 300)
     if "demo" in s.cpus:  # its features are complete once its training has started; none if it stopped before
-        while not (ROOT / "runs/synth/dvse/config.yaml").exists():
-            if s.demo_ended.wait(2) and not (ROOT / "runs/synth/dvse/config.yaml").exists():
+        while not (ROOT / "runs/synth/dvse_demo/config.yaml").exists():
+            if s.demo_ended.wait(2) and not (ROOT / "runs/synth/dvse_demo/config.yaml").exists():
                 return
     elif not (DEMO_FEATURES / "test.h5").exists():
         return

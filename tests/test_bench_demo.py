@@ -53,7 +53,7 @@ def test_readme_table_rsums_and_epoch_seconds():
               "| synth | dvse | plain | 24.4 | 232.1 | 4 |\n| synth | dvse_fr | plain | 25.5 | 256.1 | 4 |\n"
               "| synth | dvse | cub | 1.0 | 9.9 | 4 |\n")
     assert bench.readme_rsums(readme) == {"dvse": 232.1, "dvse_fr": 256.1}
-    assert set(bench.readme_rsums((REPO / "README.md").read_text())) == {"dvse", "dvse_fr"}
+    assert set(bench.readme_rsums((REPO / "README.md").read_text())) == {"dvse_demo", "dvse_demo_fr"}
     log = "epoch 1/4 loss=54.1 val_rsum=122.4 samples_per_s=531.2 seconds=18.8\nbest validation RSUM\n" \
           "epoch 2/4 loss=50.2 val_rsum=177.0 samples_per_s=574.2 seconds=17.4\n"
     assert bench.epoch_seconds(log) == [18.8, 17.4]
@@ -72,8 +72,8 @@ def test_the_benchmark_checks_the_readme_tolerance():
 
 def test_exit_status_follows_both_targets(monkeypatch, capsys):
     table = bench.readme_rsums((REPO / "README.md").read_text())
-    for pipeline, dvse_gap, status in ((117, 0.0, 0), (124, 0.0, 1), (110, -8.5, 1), (120, 7.9, 0)):
-        rsum = {"dvse": table["dvse"] + dvse_gap, "dvse_fr": table["dvse_fr"]}
+    for pipeline, dvse_gap, status in ((57, 0.0, 0), (64, 0.0, 1), (50, -8.5, 1), (60, 7.9, 0)):
+        rsum = {"dvse_demo": table["dvse_demo"] + dvse_gap, "dvse_demo_fr": table["dvse_demo_fr"]}
         monkeypatch.setattr(bench, "run_once", lambda keep, p=pipeline, r=rsum: {
             "venv_s": 1.0, "pipeline_s": p, "phases_s": {"train": 1.0}, "epochs_s": [1.0], "rsum": r, "clone": None})
         assert bench.main([]) == status, (pipeline, dvse_gap)

@@ -41,7 +41,7 @@ def test_the_device_sessions_demo_lane_runs_the_jobs_snakemake_plans_for_make_de
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     cmd = [str(Path(sys.executable).parent / "snakemake"), "-n", "-p", "-F", "--nolock", "-c2",
-           "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+           "results/synth/dvse_demo.json", "results/synth/dvse_demo_fr.json"]
     r = subprocess.run(cmd, cwd=REPO, env=xmr_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     planned = []

@@ -138,8 +138,8 @@ def test_load_yaml_parses_each_text_once_and_hands_out_copies(tmp_path, monkeypa
     # a text is parsed once, a changed file is parsed again, and every caller gets a dict of its own
     from xmr.config import loader as config
     calls = []
-    real = yaml.safe_load
-    monkeypatch.setattr(config.yaml, "safe_load", lambda text: calls.append(text) or real(text))
+    real = config.safe_load
+    monkeypatch.setattr(config, "safe_load", lambda text: calls.append(text) or real(text))
     config._parsed.cache_clear()
     p = tmp_path / "a.yaml"
     p.write_text("train: {epochs: 3}\n")
@@ -173,3 +173,18 @@ def test_load_validated_validates_each_text_once_and_hands_out_copies(tmp_path, 
     p.write_text("name: vgg19\ninput_sise: 256\n")
     with pytest.raises(XmrError, match=r"backbone.yaml: unknown key 'input_sise'; did you mean: input_size\?"):
         config.load_validated(p, "backbone")
+
+
+def test_the_loaders_fast_safe_load_reads_every_project_yaml_as_pyyaml_safe_load_does():
+    # the one loader parses with libyaml's safe loader where PyYAML has it: each file of the project must come out
+    # as the reference parser reads it, and a malformed text must raise the reference parser's error (its message
+    # and line are what the one-line error shows)
+    from xmr.config import loader as config
+    files = sorted({*REPO.glob("config/**/*.yaml"), *REPO.glob("xmr/schemas/**/*.yaml"), REPO / "dvc.yaml"})
+    assert len(files) > 50
+    for f in files:
+        text = f.read_text()
+        assert config.safe_load(text) == yaml.safe_load(text), f
+    with pytest.raises(yaml.YAMLError) as got:
+        config.safe_load("[unclosed")
+    assert got.value.problem == "expected ',' or ']', but got '<stream end>'" and got.value.problem_mark.line == 0

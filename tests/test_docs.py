@@ -217,7 +217,7 @@ def test_dry_run_block_plans_or_names_what_is_missing(block):
 
 @pytest.fixture(scope="module")
 def workspace(module_tmp, tiny_synth, tiny_synth_run):
-    """A working directory like a clone's after `make demo`, at toy size: config/ of the repo, runs/synth/dvse is the
+    """A working directory like a clone's after `make demo`, at toy size: config/ of the repo, runs/synth/dvse_demo is the
     tiny DVSE run."""
     ws = module_tmp("docs_ws")
     (ws / "config").symlink_to(REPO / "config")

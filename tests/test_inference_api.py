@@ -144,7 +144,7 @@ def test_load_bad_run_is_one_line(tmp_path, capsys):
 
 
 def test_readme_example_matches_xmr_score(runs, tmp_path, capsys):
-    """The README's Inference API block, run as written on a tiny run instead of the demo's runs/synth/dvse."""
+    """The README's Inference API block, run as written on a tiny run instead of the demo's runs/synth/dvse_demo."""
     import re
 
     from pathlib import Path
@@ -152,9 +152,9 @@ def test_readme_example_matches_xmr_score(runs, tmp_path, capsys):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme[readme.index("**The Python API**"):]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    assert 'xmr.load("runs/synth/dvse")' in code
+    assert 'xmr.load("runs/synth/dvse_demo")' in code
     ns: dict = {}
-    exec(code.replace("runs/synth/dvse", str(runs["vsepp"])), ns)  # noqa: S102 - our own README
+    exec(code.replace("runs/synth/dvse_demo", str(runs["vsepp"])), ns)  # noqa: S102 - our own README
     printed = capsys.readouterr().out
     assert printed.count("'") >= 10  # five image ids were printed
     np.testing.assert_allclose(ns["sims"], _score_cli(runs["vsepp"], tmp_path), rtol=0, atol=1e-5)

@@ -116,7 +116,7 @@ def test_what_planning_reads_loads_without_torch_and_torch_comes_on_first_use():
 
 
 @pytest.mark.parametrize("targets,planned", [
-    (["results/synth/dvse.json", "results/synth/dvse_fr.json"], "rule train:"),  # the demo
+    (["results/synth/dvse_demo.json", "results/synth/dvse_demo_fr.json"], "rule train:"),  # the demo
     # a published checkpoint (docs/checkpoints.md), on a clone without COCO: the preflight names the file
     (["results/coco/vse_inf_official_bigru_fr.json"], "checkpoint (vse_infty)"),
 ], ids=["demo", "published_checkpoint"])

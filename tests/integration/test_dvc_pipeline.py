@@ -1,6 +1,6 @@
 """DVC around the Snakemake pipeline, in a temp git repository made from a copy of this one (tiny synth sizes):
 `make demo`'s Snakemake targets, stopped once by Ctrl-C while DVSE trains and run again (the training log keeps
-both runs' epochs), then `dvc repro` of the demo's stages (train@synth-dvse, rerank@synth-dvse_fr), which has
+both runs' epochs), then `dvc repro` of the demo's stages (train@synth-dvse_demo, rerank@synth-dvse_demo_fr), which has
 nothing to rebuild, and of vsepp's; `dvc metrics show`, `dvc plots show`, `dvc params diff` with content;
 `dvc exp run -S` on one recipe's parameter retraining that recipe only; a `dvc push` / `dvc pull` round trip
 through the default remote after which `make sync` leaves Snakemake nothing to do. No assertion depends on what
@@ -25,13 +25,13 @@ pytestmark = pytest.mark.integration
 
 GIT_ID = {"GIT_AUTHOR_NAME": "xmr test", "GIT_AUTHOR_EMAIL": "test@xmr", "GIT_COMMITTER_NAME": "xmr test",
           "GIT_COMMITTER_EMAIL": "test@xmr"}
-RECIPES = ("vsepp", "dvse")
-TARGETS = ["results/synth/vsepp.json", "results/synth/dvse.json", "results/synth/dvse_fr.json"]
+RECIPES = ("vsepp", "dvse_demo")
+TARGETS = ["results/synth/vsepp.json", "results/synth/dvse_demo.json", "results/synth/dvse_demo_fr.json"]
 METRICS = [t.replace(".json", ".metrics.json") for t in TARGETS]  # the compact files DVC shows as metrics
 RUN_FILES = ("best.pt", "config.yaml", "train.json", "test_sims.npy", "history.csv")  # what a train stage tracks
 VSEPP = "config/recipes/synth/vsepp.yaml"
-DEMO_STAGES = ("train@synth-dvse", "rerank@synth-dvse_fr")
-DEMO_FILES = ("data/synth", "features/synth", "runs/synth/dvse", "results/synth")  # what the demo writes
+DEMO_STAGES = ("train@synth-dvse_demo", "rerank@synth-dvse_demo_fr")
+DEMO_FILES = ("data/synth", "features/synth", "runs/synth/dvse_demo", "results/synth")  # what the demo writes
 
 
 def dvc(*args: str) -> list[str]:
@@ -75,7 +75,7 @@ def run_demo_with_one_ctrl_c(root: Path, env: dict[str, str]) -> None:
     DVSE has finished its first epoch, then the same command again to its end, with --rerun-incomplete, as
     Snakemake asks after a Ctrl-C (the SLURM profile always adds it)."""
     demo = [str(BIN / "snakemake"), "--cores", "2", *demo_targets()]
-    log, last = root / "logs" / "train" / "synth_dvse.log", root / "runs" / "synth" / "dvse" / "last.pt"
+    log, last = root / "logs" / "train" / "synth_dvse_demo.log", root / "runs" / "synth" / "dvse_demo" / "last.pt"
     proc = subprocess.Popen(demo, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, preexec_fn=default_sigint)
     deadline = time.time() + 600
@@ -100,7 +100,7 @@ def shrink_dvc_yaml(root: Path) -> None:
             var["train"] = {k: v for k, v in var["train"].items() if v["dataset"] == "synth" and v["recipe"] in RECIPES}
             assert len(var["train"]) == len(RECIPES)
         if "rerank" in var:
-            var["rerank"] = {k: v for k, v in var["rerank"].items() if k == "synth-dvse_fr"}
+            var["rerank"] = {k: v for k, v in var["rerank"].items() if k == "synth-dvse_demo_fr"}
     for plot in doc.get("plots", []):
         for definition in plot.values():
             definition["y"] = {f: c for f, c in definition["y"].items() if f.split("/")[2] in RECIPES}
@@ -148,17 +148,17 @@ def test_a_demo_stopped_by_ctrl_c_keeps_both_runs_epochs_in_its_training_log(dvc
     """`xmr train --log` appends to logs/train/*.log: the first run's epoch 1, the line saying the run resumed, then
     the rest (as the rule's `log:`, Snakemake deleted the file before the rerun, and the first epochs were gone)."""
     root, _ = dvc_repo
-    lines = (root / "logs/train/synth_dvse.log").read_text().splitlines()
+    lines = (root / "logs/train/synth_dvse_demo.log").read_text().splitlines()
     epochs = [i for i, ln in enumerate(lines) if re.match(r"epoch \d+/2 ", ln) and "step=" not in ln]
     assert [lines[i].split()[1] for i in epochs] == ["1/2", "2/2"], lines
-    (resumed,) = [i for i, ln in enumerate(lines) if ln.startswith("==== resuming runs/synth/dvse after epoch ")]
+    (resumed,) = [i for i, ln in enumerate(lines) if ln.startswith("==== resuming runs/synth/dvse_demo after epoch ")]
     after = int(lines[resumed].split()[-2])  # Ctrl-C came after epoch 1 (or, rarely, right after epoch 2)
     assert epochs[after - 1] < resumed and all(resumed < i for i in epochs[after:]), lines
 
 
 def test_dvc_repro_of_the_demos_stages_right_after_the_demo_rebuilds_nothing(dvc_repo):
-    """`dvc repro train@synth-dvse rerank@synth-dvse_fr` after `make demo` built RRF's HGLMM caption features (the
-    data stage's) and re-evaluated dvse_fr (DVC had written the run's files again, newer than dvse_fr.json)."""
+    """`dvc repro train@synth-dvse_demo rerank@synth-dvse_demo_fr` after `make demo` built RRF's HGLMM caption features (the
+    data stage's) and re-evaluated dvse_demo_fr (DVC had written the run's files again, newer than dvse_fr.json)."""
     root, _ = dvc_repo
     first = (root.parent / "demo_repro_first.txt").read_text()
     for stage in ("data@synth", *DEMO_STAGES):  # each runs its Snakemake targets, which are up to date
@@ -166,7 +166,7 @@ def test_dvc_repro_of_the_demos_stages_right_after_the_demo_rebuilds_nothing(dvc
     assert "text_features@synth" not in first and "hglmm" not in first, first[-3000:]
     assert first.count("Nothing to be done") == 3 and not re.search(r"^(local)?rule \w+:", first, flags=re.M), first
     stamps = json.loads((root.parent / "demo_mtimes.json").read_text())
-    assert stamps["after"] == stamps["before"] and "results/synth/dvse_fr.json" in stamps["before"]
+    assert stamps["after"] == stamps["before"] and "results/synth/dvse_demo_fr.json" in stamps["before"]
     assert not any("hglmm" in f for f in stamps["after"])
     again = (root.parent / "demo_repro_again.txt").read_text()
     assert "Data and pipelines are up to date." in again and "Running stage" not in again, again
@@ -219,7 +219,7 @@ def test_metrics_plots_and_params_have_content(dvc_repo, tmp_path):
     recipe = yaml.safe_load((root / VSEPP).read_text())
     lr = params[VSEPP]["optim.lr"]
     assert (lr["old"], lr["new"]) == (recipe["optim"]["lr"], recipe["optim"]["lr"])
-    assert "config/recipes/synth/dvse.yaml" in params and "config/rerank/fr.yaml" in params
+    assert "config/recipes/synth/dvse_demo.yaml" in params and "config/rerank/fr.yaml" in params
 
 
 def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
@@ -228,11 +228,11 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
     try:
         out = run(dvc("exp", "run", "-S", f"{VSEPP}:optim.lr=0.001"), root, env, timeout=900).stdout
         assert "Running stage 'train@synth-vsepp'" in out, out[-3000:]
-        for other in ("data@synth", "train@synth-dvse", "rerank@synth-dvse_fr"):
+        for other in ("data@synth", "train@synth-dvse_demo", "rerank@synth-dvse_demo_fr"):
             assert f"Running stage '{other}'" not in out
         after = {f: ((root / f).stat().st_mtime_ns, h) for f, h in file_hashes(root).items()}
         retrained = {f for f in before if before[f] != after[f]}
-        # vsepp's run and results were rewritten; nothing of the data, dvse or dvse_fr was touched
+        # vsepp's run and results were rewritten; nothing of the data, dvse_demo or dvse_demo_fr was touched
         assert {f"runs/synth/vsepp/{f}" for f in ("best.pt", "config.yaml", "train.json")} <= retrained
         assert all(f.startswith(("runs/synth/vsepp/", "results/synth/vsepp.")) for f in retrained), retrained
         assert yaml.safe_load((root / "runs/synth/vsepp/config.yaml").read_text())["optim"]["lr"] == 0.001

@@ -5,7 +5,7 @@ The trainer (:mod:`xmr.train.trainer`), ``xmr score``/``xmr score-bank``, the re
 trainer.
 
     import xmr
-    m = xmr.load("runs/synth/dvse")          # run dir, checkpoint (.pt) or MLflow run id
+    m = xmr.load("runs/synth/dvse_demo")     # run dir, checkpoint (.pt) or MLflow run id
     txt = m.encode_text(["a red circle left of a square"])
     img = m.encode_image(["data/synth/images/000001.png"])   # image files, through the configured backbone
     scores = m.similarity(img, txt)          # the method's own measure (set-based ones included)
