@@ -278,14 +278,32 @@ def history_rows(out: Path) -> list[dict]:
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 
 
+#: the files that take longest (`make test --durations`), longest first: `make test` hands files to its two workers in
+#: collection order (pytest-xdist's --dist loadfile), so these start first and the run does not end on one worker
+#: finishing a long file while the other waits
+LONGEST_FILES = ("integration/test_slurm_profile.py", "integration/test_dvc_pipeline.py",
+                 "integration/test_concurrent_training.py", "test_benchmark_sanity.py", "test_kill_points.py",
+                 "test_resume.py", "test_train_e2e.py", "test_docs.py", "test_ddp.py", "test_plugins.py",
+                 "integration/test_snakemake_kill.py", "integration/test_own_dataset.py",
+                 "integration/test_mlflow_ui.py", "test_reproducibility.py")
+
+
+def collection_rank(path: Path) -> int:
+    """Where a test file goes in the run: :data:`LONGEST_FILES` first, in that order, then every other file."""
+    rel = path.resolve().relative_to(Path(__file__).resolve().parent).as_posix()
+    return LONGEST_FILES.index(rel) if rel in LONGEST_FILES else len(LONGEST_FILES)
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test under tests/integration/ drives a real outside component (Snakemake, SLURM, DVC, an MLflow server,
     Chromium, concurrent processes): it is marked ``integration`` and ``slow``, which `make test-fast` leaves out
-    (`make test` and CI run everything)."""
+    (`make test` and CI run everything). The longest files are moved to the front (:func:`collection_rank`; a
+    stable sort: the tests of a file keep their order)."""
     for item in items:
         if Path(str(item.fspath)).resolve().is_relative_to(INTEGRATION):
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: collection_rank(Path(str(item.fspath))))
 
 
 #: GB free that a run needs under pytest's temporary folder: a full run held at most 1.3 GB there at once (session
