@@ -36,9 +36,10 @@ demo: venv
 	echo "demo finished in $$(( $$(date +%s) - start )) s"
 
 # two pytest-xdist workers, one file each at a time (module fixtures built once); tests/conftest.py gives each
-# worker one torch thread so that the two never oversubscribe the cores
+# worker one torch thread so that the two never oversubscribe the cores, and puts the longest files first:
+# --no-loadscope-reorder keeps that order (xdist would hand out the files with the most tests first)
 test: venv
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 # The seeded benchmarks on synth and the ladders (docs/benchmark.md), then the README and docs sections generated
 # from them and from the demo
@@ -50,7 +51,7 @@ benchmark: venv
 # the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
 # concurrency, Snakemake kills); `make test` runs them all, as CI does
 test-fast: venv
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not slow"
 
 repro: venv
 	$(BIN)/dvc repro

@@ -279,8 +279,8 @@ INTEGRATION = Path(__file__).resolve().parent / "integration"
 
 
 #: the files that take longest (`make test --durations`), longest first: `make test` hands files to its two workers in
-#: collection order (pytest-xdist's --dist loadfile), so these start first and the run does not end on one worker
-#: finishing a long file while the other waits
+#: collection order (pytest-xdist's --dist loadfile with --no-loadscope-reorder), so these start first and the run
+#: does not end on one worker finishing a long file while the other waits
 LONGEST_FILES = ("integration/test_slurm_profile.py", "integration/test_dvc_pipeline.py",
                  "integration/test_concurrent_training.py", "test_benchmark_sanity.py", "test_kill_points.py",
                  "test_resume.py", "test_train_e2e.py", "test_docs.py", "test_ddp.py", "test_plugins.py",
