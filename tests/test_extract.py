@@ -369,3 +369,29 @@ def test_extract_decodes_in_one_worker_fewer_than_the_cpus_it_may_use(tmp_path):
     assert r.returncode == 2 and not (tmp_path / "x.h5").exists()
     assert r.stderr.strip() == ("xmr extract: error: --workers -1: give 0 (decode in the main process) or more "
                                 "worker processes")
+
+
+def test_efficientnet_extraction_copy_folds_batch_norms_and_keeps_the_function(photos):
+    # EfficientNetLite0.for_extraction folds each of the 49 batch norms (stem, head, 2 in the first block, 3 in each
+    # of the other 15) into its convolution and lets the 12 stride-1 depthwise convolutions pad themselves; the 5
+    # stride-2 ones (stem and 4 downsampling blocks) keep TensorFlow's asymmetric padding. Same features.
+    from torch import nn
+
+    split, _ = photos
+    net = build_backbone({"name": "efficientnet_lite0"})
+    fast = net.for_extraction()
+
+    def count(m, kind):
+        return sum(isinstance(x, kind) for x in m.modules())
+
+    assert (count(net, nn.BatchNorm2d), count(net, nn.ZeroPad2d)) == (49, 17)  # the original is untouched
+    assert (count(fast, nn.BatchNorm2d), count(fast, nn.ZeroPad2d)) == (0, 5)
+    assert fast.weights_sha256 == net.weights_sha256
+    from PIL import Image
+
+    x = torch.stack([torch.from_numpy(np.asarray(Image.open(p).convert("RGB").resize((128, 128)), dtype=np.float32))
+                     .permute(2, 0, 1) / 127.5 - 1 for p in split.image_paths])
+    with torch.inference_mode():
+        want, got = net(x)[0], fast(x)[0]
+    assert want.shape == got.shape == (2, 16, 1280)
+    assert float((got - want).norm() / want.norm()) < 1e-5

@@ -476,3 +476,31 @@ def test_reopening_a_stored_run_takes_no_first_use_lock(tmp_path, monkeypatch):
         with Tracker(True).run("xmr/reopen", "r0", run_id=run_id):
             pass
     assert taken == [new_uri]
+
+
+def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    # xmr.run.tracking.create_sqlite_store builds the store elsewhere (memory-backed scratch space) and moves it
+    # into place: migrations that fail leave neither the database nor a temporary file beside it
+    import mlflow
+
+    from xmr.run import tracking
+
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+
+    def fail(self, *a, **k):
+        raise RuntimeError("killed while migrating")
+
+    with monkeypatch.context() as m:
+        m.setattr(mlflow.MlflowClient, "search_experiments", fail)
+        with pytest.raises(RuntimeError, match="killed while migrating"):
+            with tracking.store_lock(f"sqlite:///{db}"):
+                pass
+    assert list(db.parent.iterdir()) == []
+    # a completed store is MLflow's own: its Default experiment keeps its artifacts under the working directory
+    monkeypatch.chdir(tmp_path)
+    with tracking.store_lock(f"sqlite:///{db}"):
+        assert db.is_file()
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]
+    default = mlflow.MlflowClient(f"sqlite:///{db}").get_experiment("0")
+    assert (default.name, default.artifact_location) == ("Default", str(tmp_path / "mlruns" / "0"))

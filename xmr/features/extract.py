@@ -133,7 +133,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
     if threads:
         torch.set_num_threads(threads)
     decoder = resolve_decoder(backbone_cfg.get("decoder") or "auto", dev)
-    backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev)
+    backbone = (build_backbone(backbone_cfg) if backbone is None else backbone).to(dev).for_extraction()
     if backbone.channels_last:
         backbone = backbone.to(memory_format=torch.channels_last)
     size, resize, max_size = input_settings(backbone_cfg, backbone)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -88,9 +89,37 @@ def store_lock(uri: str) -> Iterator[None]:
     with open(Path(tempfile.gettempdir()) / f"xmr-mlflow-{key}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
+            if not db.exists():
+                create_sqlite_store(db)
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def create_sqlite_store(db: Path) -> None:
+    """Build a new, migrated SQLite store in memory-backed scratch space (``/dev/shm`` where there is one) and move
+    it into place whole. MLflow's schema migrations commit about a hundred times, each a sync to disk: ~7 s for a
+    store built on a disk, ~2 s in memory; and a store interrupted while migrating is never left at ``db``."""
+    import mlflow
+
+    from xmr.core.io import atomic_path
+
+    shm = Path("/dev/shm")
+    for scratch_root in ([str(shm)] if shm.is_dir() and os.access(shm, os.W_OK) else []) + [str(db.parent)]:
+        try:
+            with tempfile.TemporaryDirectory(prefix=".xmr-mlflow-", dir=scratch_root) as scratch:
+                built = Path(scratch) / db.name
+                client = mlflow.MlflowClient(f"sqlite:///{built}")
+                client.search_experiments(max_results=1)  # creates and migrates the schema
+                engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
+                if engine is not None:
+                    engine.dispose()  # the scratch file's connections, before it is removed
+                with atomic_path(db) as tmp:
+                    shutil.copyfile(built, tmp)
+            return
+        except OSError:
+            if scratch_root == str(db.parent):
+                raise  # the store's own folder: its error is the user's to see
 
 
 def prepare_store(experiment: str | None = None, uri: str | None = None) -> str | None:

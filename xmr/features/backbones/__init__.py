@@ -41,6 +41,12 @@ class Backbone(nn.Module):
     def forward(self, images: torch.Tensor, boxes: list[torch.Tensor] | None = None):
         raise NotImplementedError
 
+    def for_extraction(self) -> "Backbone":
+        """The module extraction runs: this one, or a family's inference-only copy (batch norms folded into their
+        convolutions, say) that computes the same function. Never changes ``self``: a fine-tuned backbone
+        (:mod:`xmr.models.image_backbone`) keeps its batch norms."""
+        return self
+
 
 def read_weights(weights: str | os.PathLike, name: str, where_to_get: str) -> dict[str, torch.Tensor]:
     """A backbone's local weights file as a state dict (unwrapped from a ``state_dict``/``model`` container and
