@@ -27,14 +27,14 @@ def dvc_snakemake_targets(lock: str | Path = "dvc.lock", existing_only: bool = T
     stages). What ``make sync`` marks up to date after ``dvc pull``/``dvc checkout``."""
     import shlex
 
-    import yaml
+    from xmr.config.loader import safe_load
 
     path = Path(lock)
     if not path.exists():
         from xmr.core.errors import XmrError
 
         raise XmrError(f"{path} not found: run `dvc repro` (or `dvc pull` in a clone of a reproduced commit) first")
-    stages = (yaml.safe_load(path.read_text()) or {}).get("stages", {})
+    stages = (safe_load(path.read_text()) or {}).get("stages", {})
     targets: list[str] = []
     for stage in stages.values():
         words = shlex.split(stage.get("cmd", "") if isinstance(stage.get("cmd"), str) else " ".join(stage["cmd"]))

@@ -12,7 +12,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from xmr.core.errors import XmrError
 
@@ -54,7 +53,9 @@ def _load(path: str | None) -> dict:
         if not Path(path).exists():
             raise XmrError(f"{path}: paper results file not found")
         text, src = Path(path).read_text(), path
-    return _check(yaml.safe_load(text), src)
+    from xmr.config.loader import safe_load
+
+    return _check(safe_load(text), src)
 
 
 def load_paper_results(path: str | os.PathLike | None = None) -> dict:
