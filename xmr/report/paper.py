@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-
+from xmr.config.loader import safe_load
 from xmr.core.errors import XmrError
 
 ENTRY_KEYS = ("method", "recipe", "dataset", "protocol", "rerank", "setting", "role", "i2t", "t2i", "rsum", "source")
@@ -53,8 +53,6 @@ def _load(path: str | None) -> dict:
         if not Path(path).exists():
             raise XmrError(f"{path}: paper results file not found")
         text, src = Path(path).read_text(), path
-    from xmr.config.loader import safe_load
-
     return _check(safe_load(text), src)
 
 
