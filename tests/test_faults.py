@@ -487,6 +487,14 @@ def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path, monkeypatch):
 
     db = tmp_path / "store" / "mlflow.db"
     db.parent.mkdir()
+    made = []  # the scratch folders the builds used (other tests may build stores meanwhile: only these count)
+    real_tmpdir = tracking.tempfile.TemporaryDirectory
+
+    def tmpdir(*a, **k):
+        made.append(real_tmpdir(*a, **k))
+        return made[-1]
+
+    monkeypatch.setattr(tracking.tempfile, "TemporaryDirectory", tmpdir)
 
     def fail(self, *a, **k):
         raise RuntimeError("killed while migrating")
@@ -497,10 +505,12 @@ def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path, monkeypatch):
             with tracking.store_lock(f"sqlite:///{db}"):
                 pass
     assert list(db.parent.iterdir()) == []
+    assert made and not any(Path(t.name).exists() for t in made)  # nor a scratch folder
     # a completed store is MLflow's own: its Default experiment keeps its artifacts under the working directory
     monkeypatch.chdir(tmp_path)
     with tracking.store_lock(f"sqlite:///{db}"):
         assert db.is_file()
     assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]
+    assert not any(Path(t.name).exists() for t in made)
     default = mlflow.MlflowClient(f"sqlite:///{db}").get_experiment("0")
     assert (default.name, default.artifact_location) == ("Default", str(tmp_path / "mlruns" / "0"))
