@@ -387,6 +387,7 @@ def test_efficientnet_extraction_copy_folds_batch_norms_and_keeps_the_function(p
     assert (count(net, nn.BatchNorm2d), count(net, nn.ZeroPad2d)) == (49, 17)  # the original is untouched
     assert (count(fast, nn.BatchNorm2d), count(fast, nn.ZeroPad2d)) == (0, 5)
     assert fast.weights_sha256 == net.weights_sha256
+    assert fast.for_extraction() is fast and net.for_extraction() is not net  # folded once: a copy is kept as is
     from PIL import Image
 
     x = torch.stack([torch.from_numpy(np.asarray(Image.open(p).convert("RGB").resize((128, 128)), dtype=np.float32))

@@ -514,3 +514,35 @@ def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path, monkeypatch):
     assert not any(Path(t.name).exists() for t in made)
     default = mlflow.MlflowClient(f"sqlite:///{db}").get_experiment("0")
     assert (default.name, default.artifact_location) == ("Default", str(tmp_path / "mlruns" / "0"))
+
+
+@pytest.mark.parametrize("scratch", ["absent", "full"])
+def test_a_new_sqlite_store_is_built_beside_itself_without_memory_scratch_space(tmp_path, monkeypatch, scratch):
+    # no /dev/shm (macOS, some containers), or one that is full: the store is built in its own folder, still moved
+    # into place whole, and the scratch folder there is gone afterwards
+    import mlflow
+
+    from xmr.run import tracking
+
+    shm = tmp_path / "shm"
+    if scratch == "full":
+        shm.mkdir()
+    monkeypatch.setattr(tracking, "MEMORY_SCRATCH", shm)
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+    roots = []  # where each build's scratch folder was asked for
+    real_tmpdir = tracking.tempfile.TemporaryDirectory
+
+    def tmpdir(*a, **k):
+        roots.append(Path(k["dir"]))
+        if Path(k["dir"]) == shm:
+            raise OSError(28, "No space left on device", str(shm))
+        return real_tmpdir(*a, **k)
+
+    monkeypatch.setattr(tracking.tempfile, "TemporaryDirectory", tmpdir)
+    monkeypatch.chdir(tmp_path)
+    with tracking.store_lock(f"sqlite:///{db}"):
+        assert db.is_file()
+    assert roots == ([shm] if scratch == "full" else []) + [db.parent]
+    assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]
+    assert mlflow.MlflowClient(f"sqlite:///{db}").get_experiment("0").name == "Default"

@@ -77,6 +77,7 @@ def test_encode_image_inputs_agree(runs, tiny_synth, capfd, monkeypatch):
     # a second query reuses the backbone the first one built (its weights are loaded once) and gives the same bits
     np.testing.assert_array_equal(m.encode_image([test.image_paths[i] for i in rows]), from_files)
     assert builds == [("efficientnet-lite0",)]  # the weights were loaded once
+    assert m._backbone.folded_for_extraction  # and the folded copy is what it keeps (not refolded per query)
     printed = capfd.readouterr()
     assert printed.out == ""  # nor the package's "Loaded pretrained weights" line on stdout
     assert "extract" not in printed.err  # a library call writes no extraction log line

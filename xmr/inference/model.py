@@ -350,7 +350,7 @@ class Model:
         if self._backbone is None:
             from xmr.features.backbones import build_backbone
 
-            self._backbone = build_backbone(self.cfg["backbone_cfg"])
+            self._backbone = build_backbone(self.cfg["backbone_cfg"]).for_extraction()  # folded once, kept
         with tempfile.TemporaryDirectory(prefix="xmr-query-") as tmp:
             h5 = extract_features(split, self.cfg["backbone_cfg"], Path(tmp) / "query.h5",
                                   batch_size=self.batch_size, workers=0, progress=None, device=str(self.device),

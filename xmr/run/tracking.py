@@ -96,6 +96,10 @@ def store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+#: memory-backed scratch space for building a new SQLite store (absent or full: the store's own folder)
+MEMORY_SCRATCH = Path("/dev/shm")
+
+
 def create_sqlite_store(db: Path) -> None:
     """Build a new, migrated SQLite store in memory-backed scratch space (``/dev/shm`` where there is one) and move
     it into place whole. MLflow's schema migrations commit about a hundred times, each a sync to disk: ~7 s for a
@@ -104,7 +108,7 @@ def create_sqlite_store(db: Path) -> None:
 
     from xmr.core.io import atomic_path
 
-    shm = Path("/dev/shm")
+    shm = MEMORY_SCRATCH
     for scratch_root in ([str(shm)] if shm.is_dir() and os.access(shm, os.W_OK) else []) + [str(db.parent)]:
         try:
             with tempfile.TemporaryDirectory(prefix=".xmr-mlflow-", dir=scratch_root) as scratch:
