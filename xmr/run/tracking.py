@@ -108,8 +108,8 @@ def create_sqlite_store(db: Path) -> None:
 
     from xmr.core.io import atomic_path
 
-    shm = MEMORY_SCRATCH
-    for scratch_root in ([str(shm)] if shm.is_dir() and os.access(shm, os.W_OK) else []) + [str(db.parent)]:
+    shm = [str(MEMORY_SCRATCH)] if MEMORY_SCRATCH.is_dir() and os.access(MEMORY_SCRATCH, os.W_OK) else []
+    for scratch_root in shm + [str(db.parent)]:
         try:
             with tempfile.TemporaryDirectory(prefix=".xmr-mlflow-", dir=scratch_root) as scratch:
                 built = Path(scratch) / db.name
