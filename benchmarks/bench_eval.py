@@ -28,8 +28,26 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of 5000 images / 25,000 captions (default 1)")
+    ap.add_argument("--k", type=int, default=6, help="image sub-embeddings (default 6)")
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--captions-per-image", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--repeat", type=int, default=1, help="run each timing this many times and keep the fastest")
+    ap.add_argument("--no-reference", action="store_true", help="skip the per-row argsort reference loop")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    return ap
+
+
+if __name__ == "__main__":
+    build_parser().parse_args()  # --help and usage errors answer before torch loads (seconds)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -171,17 +189,7 @@ timed.cpu = 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", type=float, default=1.0, help="fraction of 5000 images / 25,000 captions (default 1)")
-    ap.add_argument("--k", type=int, default=6, help="image sub-embeddings (default 6)")
-    ap.add_argument("--dim", type=int, default=1024)
-    ap.add_argument("--captions-per-image", type=int, default=5)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    ap.add_argument("--repeat", type=int, default=1, help="run each timing this many times and keep the fastest")
-    ap.add_argument("--no-reference", action="store_true", help="skip the per-row argsort reference loop")
-    ap.add_argument("--json", default=None, help="also write the results here")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -28,8 +28,30 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backbone", default="efficientnet_lite0", help="key in config/backbones.yaml")
+    ap.add_argument("--config-dir", default=str(Path(__file__).resolve().parents[1] / "config"))
+    ap.add_argument("--images", type=int, default=256)
+    ap.add_argument("--image-size", default="640x480", help="WxH of the generated JPEGs")
+    ap.add_argument("--batch-size", type=int, help="default: the backbone config's")
+    ap.add_argument("--workers", type=int, nargs="+", default=[2], help="decoding processes (several: one run each)")
+    ap.add_argument("--decoder", nargs="+", default=["auto"], choices=["auto", "pil", "device"],
+                    help="image decoding (xmr/features/decode.py; several: one run each)")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--allow-random-init", action="store_true", help="backbones without local weights: random init")
+    ap.add_argument("--repeat", type=int, default=1, help="alternate forward/extract measurements this many times")
+    ap.add_argument("--json", help="also write the figures here")
+    return ap
+
+
+if __name__ == "__main__":
+    build_parser().parse_args()  # --help and usage errors answer before torch loads (seconds)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -118,21 +140,7 @@ def machine(dev: torch.device) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backbone", default="efficientnet_lite0", help="key in config/backbones.yaml")
-    ap.add_argument("--config-dir", default=str(Path(__file__).resolve().parents[1] / "config"))
-    ap.add_argument("--images", type=int, default=256)
-    ap.add_argument("--image-size", default="640x480", help="WxH of the generated JPEGs")
-    ap.add_argument("--batch-size", type=int, help="default: the backbone config's")
-    ap.add_argument("--workers", type=int, nargs="+", default=[2], help="decoding processes (several: one run each)")
-    ap.add_argument("--decoder", nargs="+", default=["auto"], choices=["auto", "pil", "device"],
-                    help="image decoding (xmr/features/decode.py; several: one run each)")
-    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--allow-random-init", action="store_true", help="backbones without local weights: random init")
-    ap.add_argument("--repeat", type=int, default=1, help="alternate forward/extract measurements this many times")
-    ap.add_argument("--json", help="also write the figures here")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)

@@ -42,13 +42,50 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
 ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")
+DEFAULT_VARIANTS = VARIANTS[:3]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(ROOT / "config/recipes/coco/vse_inf.yaml"),
+                    help="a vse_inf run config (default: the COCO BUTD + BiGRU recipe)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    ap.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--amp", choices=["auto", "on", "off"], default="auto",
+                    help="autocast for every variant: auto = the config's train.amp, CUDA only (as the trainer)")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--regions", type=int, default=36)
+    ap.add_argument("--feature-dim", type=int, default=2048)
+    ap.add_argument("--vocab", type=int, default=10000, help="words besides the 4 specials")
+    ap.add_argument("--min-words", type=int, default=8)
+    ap.add_argument("--max-words", type=int, default=20)
+    ap.add_argument("--batches", type=int, default=4, help="distinct batches, cycled")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps per variant before each timing")
+    ap.add_argument("--iters", type=int, default=10, help="timed steps per repeat")
+    ap.add_argument("--repeats", type=int, default=3, help="timings per variant (interleaved); the median is kept")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-memory", action="store_true", help="skip the per-variant peak-memory subprocesses")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                    help="also run torch.profiler over STEPS steps of each variant and print the top ops")
+    ap.add_argument("--sync-debug", action="store_true",
+                    help="CUDA: list where one step of each variant makes the host wait for the device")
+    ap.add_argument("--json", default=None, help="also write the results here")
+    return ap
+
+
+if __name__ == "__main__":
+    build_parser().parse_args()  # --help and usage errors answer before torch loads (seconds)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from xmr.run.config import load_run_config  # noqa: E402
@@ -57,12 +94,10 @@ from xmr.core.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
 from xmr.inference.loaders import PairCollate  # noqa: E402
 from xmr.train.trainer import TrainForward, TrainStep, build_optimizer, host_sync_every  # noqa: E402
-from xmr.inference.model import model_from_config
-from xmr.settings.run_settings import run_settings
+from xmr.inference.model import model_from_config  # noqa: E402
+from xmr.settings.run_settings import run_settings  # noqa: E402
 from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
 
-VARIANTS = ("xmr", "xmr_noaug", "reference", "xmr_nanfill")
-DEFAULT_VARIANTS = VARIANTS[:3]
 EMPTY_OPS = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty", "aten::new_empty_strided"}
 
 
@@ -445,33 +480,7 @@ def profile(bench: Bench, steps: int, device: torch.device, rows: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default=str(ROOT / "config/recipes/coco/vse_inf.yaml"),
-                    help="a vse_inf run config (default: the COCO BUTD + BiGRU recipe)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    ap.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    ap.add_argument("--amp", choices=["auto", "on", "off"], default="auto",
-                    help="autocast for every variant: auto = the config's train.amp, CUDA only (as the trainer)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--regions", type=int, default=36)
-    ap.add_argument("--feature-dim", type=int, default=2048)
-    ap.add_argument("--vocab", type=int, default=10000, help="words besides the 4 specials")
-    ap.add_argument("--min-words", type=int, default=8)
-    ap.add_argument("--max-words", type=int, default=20)
-    ap.add_argument("--batches", type=int, default=4, help="distinct batches, cycled")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed steps per variant before each timing")
-    ap.add_argument("--iters", type=int, default=10, help="timed steps per repeat")
-    ap.add_argument("--repeats", type=int, default=3, help="timings per variant (interleaved); the median is kept")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-memory", action="store_true", help="skip the per-variant peak-memory subprocesses")
-    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                    help="also run torch.profiler over STEPS steps of each variant and print the top ops")
-    ap.add_argument("--sync-debug", action="store_true",
-                    help="CUDA: list where one step of each variant makes the host wait for the device")
-    ap.add_argument("--json", default=None, help="also write the results here")
-    args = ap.parse_args(argv)
+    args = build_parser().parse_args(argv)
     device = resolve_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: torch sees no CUDA device here; run on a GPU node or use cpu")

@@ -252,21 +252,36 @@ def imports_torch(modules: set[str]) -> bool:
 
 
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
-    """``xmr train`` in a subprocess; with ``kill_after_first_epoch`` it is SIGKILLed as soon as last.pt exists
-    (returns the exit code), else it must finish (returns what it printed)."""
-    cmd = [sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
-    proc = subprocess.Popen(cmd, env=xmr_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if kill_after_first_epoch:
-        deadline = time.time() + 600
-        while not (out / "last.pt").exists():
-            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        return proc.returncode
-    output, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, output
-    return output
+    """``xmr train``: with ``kill_after_first_epoch`` in a subprocess, SIGKILLed as soon as last.pt exists (returns
+    the exit code); else in this process (:func:`run_xmr_one_thread`), and it must finish (returns what it printed).
+    Both sides run one torch thread, so a run resumed here continues a killed one bit for bit."""
+    args = ["train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
+    if not kill_after_first_epoch:
+        r = run_xmr_one_thread(*args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout + r.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "xmr", *args], env=xmr_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 600
+    while not (out / "last.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return proc.returncode
+
+
+def run_xmr_one_thread(*args, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """``xmr ARGS`` in this process at one torch thread, as :func:`xmr_env` gives a subprocess: a test that compares
+    this process's run with a subprocess's (a kill, then the rerun here) needs the same kernels' reduction order."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return xmr_in_process(*args, cwd=cwd)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def history_rows(out: Path) -> list[dict]:
