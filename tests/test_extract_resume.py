@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 
-from conftest import tiny_extraction_config
+from conftest import run_xmr, run_xmr_one_thread, tiny_extraction_config
 from xmr.config.loader import load_backbone_config, load_dataset_config
 from xmr.data import load_split
 from xmr.features.extract import extract_features
@@ -55,7 +55,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
         np.savez(f, **arrays)
     marked_rows = arrays["rows"]
 
-    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    resumed = run_xmr_one_thread(*cmd[3:])  # the rerun, in this process at the killed one's single thread
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert not parts.exists()
 
@@ -79,12 +79,12 @@ def test_threads_option_and_channels_last_layout_keep_the_features(tmp_path):
     in one line, before anything is written."""
     cfg_dir = tiny_extraction_config(tmp_path, 4, input_size=64, batch_size=2)
     out = tmp_path / "features" / "train.h5"
-    cmd = [sys.executable, "-m", "xmr", "extract", "--dataset", "synth", "--backbone", "eff", "--split", "train",
-           "--out", str(out), "--config-dir", str(cfg_dir), "--workers", "0", "--no-progress"]
-    bad = subprocess.run(cmd + ["--threads", "0"], capture_output=True, text=True, timeout=120)
+    cmd = ["extract", "--dataset", "synth", "--backbone", "eff", "--split", "train", "--out", out, "--config-dir",
+           cfg_dir, "--workers", "0", "--no-progress"]
+    bad = run_xmr(*cmd, "--threads", "0")
     assert bad.returncode != 0 and "--threads 0" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not out.exists()
-    done = subprocess.run(cmd + ["--threads", "2"], capture_output=True, text=True, timeout=300)
+    done = run_xmr(*cmd, "--threads", "2")
     assert done.returncode == 0, done.stdout + done.stderr
 
     from xmr.features.backbones import build_backbone

@@ -6,6 +6,7 @@ trainer, and has no import cycle."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -41,7 +42,13 @@ def imported_names(path: Path) -> list[str]:
 def import_graph() -> dict[str, set[str]]:
     """Module -> the package modules it imports. Importing ``xmr.a.b`` also runs ``xmr/a/__init__.py``, so the
     parent packages count as imported too, except the top-level ``xmr`` (its ``__init__`` imports nothing at
-    import time: ``xmr.load`` imports the inference module when called)."""
+    import time: ``xmr.load`` imports the inference module when called). A copy of the graph read once per
+    pytest process (every file parsed; a dozen tests ask)."""
+    return {mod: set(deps) for mod, deps in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PKG.rglob("*.py")}
 
     def owner(name: str) -> str | None:
