@@ -47,7 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-DEMO_FEATURES = ROOT / "features/synth/efficientnet_lite0_128"
+DEMO_BACKBONE = "efficientnet_lite0_96"  # config/recipes/synth/dvse_demo.yaml's features.backbone
+DEMO_FEATURES = ROOT / "features/synth" / DEMO_BACKBONE
 NO_TRACKING = ["--set", "tracking.enabled=false"]
 # the tests lane's files: 10 % of the suite's worker time, nearly all of it `xmr` processes (trainings, kills,
 # resumes), none needing snakemake, DVC, MLflow or MiniLM; here, 117-125 s on two workers (2026-11-27)
@@ -67,13 +68,13 @@ def xmr(*args: str) -> list[str]:
 def demo_jobs() -> list[list[list[str]]]:
     """`make demo`'s jobs as snakemake --cores 2 runs them: stages in order, the jobs of a stage side by side, two
     at a time (the three one-thread extractions: train and val, then test as soon as val is done)."""
-    feats = [xmr("extract", "--dataset", "synth", "--backbone", "efficientnet_lite0_128", "--split", split,
+    feats = [xmr("extract", "--dataset", "synth", "--backbone", DEMO_BACKBONE, "--split", split,
              "--out", f"{DEMO_FEATURES.relative_to(ROOT)}/{split}.h5", "--workers", "0", "--threads", "1",
              "--no-progress")
              for split in ("train", "val", "test")]
     test = ["test", "--run", "runs/synth/dvse_demo", "--sims", "runs/synth/dvse_demo/test_sims.npy", "--no-tracking"]
     metrics = ["--metrics-out", "results/synth/{}.metrics.json", "--ranks-out", "results/synth/{}.ranks.npz"]
-    return [[xmr("synth", "--dataset", "synth", "--out", "data/synth")], feats,
+    return [[xmr("synth", "--dataset", "synth", "--out", "data/synth", "--workers", "2")], feats,
             [xmr("train", "--run", "runs/synth/dvse_demo", "--no-progress", "--log", "logs/train/synth_dvse_demo.log",
                  *NO_TRACKING)],
             [xmr("score", "--run", "runs/synth/dvse_demo", "--out", "runs/synth/dvse_demo/test_sims.npy", "--no-progress")],

@@ -386,6 +386,9 @@ def test_efficientnet_extraction_copy_folds_batch_norms_and_keeps_the_function(p
 
     assert (count(net, nn.BatchNorm2d), count(net, nn.ZeroPad2d)) == (49, 17)  # the original is untouched
     assert (count(fast, nn.BatchNorm2d), count(fast, nn.ZeroPad2d)) == (0, 5)
+    # its 17 ReLU6 (the stem's and head's, one per block) act in place; the original's do not
+    assert [m.inplace for m in fast.modules() if isinstance(m, nn.ReLU6)] == [True] * 17
+    assert [m.inplace for m in net.modules() if isinstance(m, nn.ReLU6)] == [False] * 17
     assert fast.weights_sha256 == net.weights_sha256
     assert fast.for_extraction() is fast and net.for_extraction() is not net  # folded once: a copy is kept as is
     from PIL import Image

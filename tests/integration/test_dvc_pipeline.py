@@ -31,6 +31,7 @@ METRICS = [t.replace(".json", ".metrics.json") for t in TARGETS]  # the compact 
 RUN_FILES = ("best.pt", "config.yaml", "train.json", "test_sims.npy", "history.csv")  # what a train stage tracks
 VSEPP = "config/recipes/synth/vsepp.yaml"
 DEMO_STAGES = ("train@synth-dvse_demo", "rerank@synth-dvse_demo_fr")
+DEMO_FEATURES_STAGE = "features@synth-efficientnet_lite0_96"  # the demo recipe's image features
 DEMO_FILES = ("data/synth", "features/synth", "runs/synth/dvse_demo", "results/synth")  # what the demo writes
 
 
@@ -158,13 +159,15 @@ def test_a_demo_stopped_by_ctrl_c_keeps_both_runs_epochs_in_its_training_log(dvc
 
 def test_dvc_repro_of_the_demos_stages_right_after_the_demo_rebuilds_nothing(dvc_repo):
     """`dvc repro train@synth-dvse_demo rerank@synth-dvse_demo_fr` after `make demo` built RRF's HGLMM caption features (the
-    data stage's) and re-evaluated dvse_demo_fr (DVC had written the run's files again, newer than dvse_fr.json)."""
+    data stage's) and re-evaluated dvse_demo_fr (DVC had written the run's files again, newer than dvse_fr.json);
+    the demo's stages need its own features only, not the other recipes' (another backbone's folder)."""
     root, _ = dvc_repo
     first = (root.parent / "demo_repro_first.txt").read_text()
-    for stage in ("data@synth", *DEMO_STAGES):  # each runs its Snakemake targets, which are up to date
+    for stage in ("data@synth", DEMO_FEATURES_STAGE, *DEMO_STAGES):  # each runs its targets, which are up to date
         assert f"Running stage '{stage}'" in first, first[-3000:]
     assert "text_features@synth" not in first and "hglmm" not in first, first[-3000:]
-    assert first.count("Nothing to be done") == 3 and not re.search(r"^(local)?rule \w+:", first, flags=re.M), first
+    assert "features@synth-efficientnet_lite0_128" not in first, first[-3000:]
+    assert first.count("Nothing to be done") == 4 and not re.search(r"^(local)?rule \w+:", first, flags=re.M), first
     stamps = json.loads((root.parent / "demo_mtimes.json").read_text())
     assert stamps["after"] == stamps["before"] and "results/synth/dvse_demo_fr.json" in stamps["before"]
     assert not any("hglmm" in f for f in stamps["after"])
@@ -228,7 +231,8 @@ def test_experiment_on_one_recipe_retrains_only_that_recipe(dvc_repo):
     try:
         out = run(dvc("exp", "run", "-S", f"{VSEPP}:optim.lr=0.001"), root, env, timeout=900).stdout
         assert "Running stage 'train@synth-vsepp'" in out, out[-3000:]
-        for other in ("data@synth", "train@synth-dvse_demo", "rerank@synth-dvse_demo_fr"):
+        for other in ("data@synth", DEMO_FEATURES_STAGE, "features@synth-efficientnet_lite0_128",
+                      "train@synth-dvse_demo", "rerank@synth-dvse_demo_fr"):
             assert f"Running stage '{other}'" not in out
         after = {f: ((root / f).stat().st_mtime_ns, h) for f, h in file_hashes(root).items()}
         retrained = {f for f in before if before[f] != after[f]}

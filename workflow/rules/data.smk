@@ -7,12 +7,13 @@ rule synth:
         "data/synth/dataset_synth.json",
     log:
         "logs/synth.log",
+    threads: res("synth", "cpus_per_task")
     resources:
-        mem_mb=res("light", "mem_mb"),
-        runtime=res("light", "runtime"),
-        cpus_per_task=res("light", "cpus_per_task"),
+        mem_mb=res("synth", "mem_mb"),
+        runtime=res("synth", "runtime"),
+        cpus_per_task=res("synth", "cpus_per_task"),
     shell:
-        "{XMR} synth --dataset synth --out data/synth > {log} 2>&1"
+        "{XMR} synth --dataset synth --out data/synth --workers {threads} > {log} 2>&1"
 
 
 # Real datasets cannot be downloaded by the pipeline: this rule symlinks the user's copy (`source:` in

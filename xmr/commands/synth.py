@@ -14,6 +14,8 @@ def add_arguments(p):
                    help="print statistics of a generated file as JSON (false_negative_rate_b128, caption length, "
                         "vocabulary, objects per image, ambiguous subset) instead of generating")
     p.add_argument("--batches", type=int, default=100, help="with --stats: random batches for the false-negative rate")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes that render and encode the images (default 1: this one); the same files")
 
 
 def run(args):
@@ -37,7 +39,7 @@ def run(args):
     gen.update(changed)
     gen.setdefault("captions_per_image", cfg["captions_per_image"])
     try:
-        path = generate_synth(args.out or default_out(cfg["root"], changed), **gen)
+        path = generate_synth(args.out or default_out(cfg["root"], changed), workers=args.workers, **gen)
     except TypeError as e:
         raise XmrError(f"synth generator: {e}") from None
     print(f"wrote {path}")
