@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import os
@@ -28,15 +29,24 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PHOTOS = Path(importlib.util.find_spec("sklearn").origin).parent / "datasets" / "images"  # no import
 
 
-@pytest.fixture
-def one_thread():
-    """2 shared cores: torch's default two threads spin against other processes (orders of magnitude slower)."""
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch at one intra-op thread inside the block, its previous count restored after."""
     import torch
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@pytest.fixture
+def one_thread():
+    """2 shared cores: torch's default two threads spin against other processes (orders of magnitude slower)."""
+    with one_torch_thread():
+        yield
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -205,7 +215,6 @@ def xmr_in_process(*args, cwd: str | os.PathLike | None = None) -> subprocess.Co
     """``xmr.cli.main(ARGS)`` here, as the entry point runs it: stdout and stderr captured, the exit status returned
     (argparse's exits, a crash's traceback and status 1 as the interpreter would give them). What a command changes
     in the process (working folder, environment, torch's threads) is put back."""
-    import contextlib
     import io
     import traceback
 
@@ -274,14 +283,8 @@ def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
 def run_xmr_one_thread(*args, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """``xmr ARGS`` in this process at one torch thread, as :func:`xmr_env` gives a subprocess: a test that compares
     this process's run with a subprocess's (a kill, then the rerun here) needs the same kernels' reduction order."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         return xmr_in_process(*args, cwd=cwd)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def history_rows(out: Path) -> list[dict]:
