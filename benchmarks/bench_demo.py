@@ -34,18 +34,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 60.0
 RSUM_TOLERANCE = 8.0  # the README's cross-CPU tolerance: the gap measured between three CPU kinds (7.4)
-#: name -> environment of each kernel set (oneDNN's convolutions, ATen's vectorised ops, MKL's GEMM); ``native``
-#: is the CPU's own choice, ``avx2`` the same pins as ``XMR_PORTABLE_CPU=1`` (OpenBLAS is not used by the demo)
-KERNEL_SETS: dict[str, dict[str, str]] = {
-    "native": {},
-    "avx512_core": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_CBWR": "AVX512"},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "avx2_convolutions": {"ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "avx": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"},
-    "sse41": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
-    "mkl_compatible": {"MKL_CBWR": "COMPATIBLE"},
-    "aten_default": {"ATEN_CPU_CAPABILITY": "default"},
-}
+#: each library's instruction sets in the grid: ATen's vectorised ops (``default`` is its build without AVX), oneDNN's
+#: convolutions and MKL's GEMM (``compatible`` is its generic code, which it may also take on a non-Intel CPU)
+ATEN = {"avx512": "avx512", "avx2": "avx2", "default": "default"}
+ONEDNN = {"avx512": "AVX512_CORE", "avx2": "AVX2"}
+MKL = {"avx512": "AVX512", "avx2": "AVX2", "compatible": "COMPATIBLE"}
+#: name -> environment: ``native`` is the CPU's own choice (what a user runs); the others pin each library
+#: (``aten_avx2+onednn_avx2+mkl_avx2`` is ``XMR_PORTABLE_CPU=1``'s pins)
+KERNEL_SETS: dict[str, dict[str, str]] = {"native": {}} | {
+    f"aten_{a}+onednn_{o}+mkl_{m}": {"ATEN_CPU_CAPABILITY": ATEN[a], "ONEDNN_MAX_CPU_ISA": ONEDNN[o],
+                                     "MKL_CBWR": MKL[m]}
+    for a in ATEN for o in ONEDNN for m in MKL}
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 
 
@@ -140,17 +139,33 @@ def run_once(keep: bool, kernel_sets: list[str] = ("native",)) -> dict:
             shutil.rmtree(clone.parent, ignore_errors=True)
 
 
+def spread_line(gaps: dict[str, list[float]], readme: dict[str, float]) -> str:
+    """The RSUMs' spread over runs: their sample standard deviation per target, over the distinct outcomes (runs whose
+    RSUMs agree to the printed digit on every target computed the same thing and count once)."""
+    outcomes = sorted(set(zip(*gaps.values())))
+    if len(outcomes) < 2:
+        return f"one distinct outcome in {len(next(iter(gaps.values())))} runs"
+    parts = []
+    for i, t in enumerate(gaps):
+        values = [readme[t] + o[i] for o in outcomes]
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+        parts.append(f"{t} mean {mean:.1f} std {std:.2f}")
+    return f"{len(outcomes)} distinct outcomes in {len(next(iter(gaps.values())))} runs: " + ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1, help="fresh clones, one after another")
     ap.add_argument("--kernel-sets", default="native",
-                    help=f"comma-separated, run in this order in each clone: {', '.join(KERNEL_SETS)}, or all")
+                    help="comma-separated names, run in this order in each clone: native (the default), "
+                         "aten_{avx512,avx2,default}+onednn_{avx512,avx2}+mkl_{avx512,avx2,compatible}, or all")
     ap.add_argument("--keep", action="store_true", help="keep each clone (and its ~7 GB .venv/)")
     ap.add_argument("--json", type=Path, help="write the figures here too")
     args = ap.parse_args(argv)
     names = list(KERNEL_SETS) if args.kernel_sets == "all" else args.kernel_sets.split(",")
     if unknown := [n for n in names if n not in KERNEL_SETS]:
-        ap.error(f"--kernel-sets: unknown {', '.join(unknown)}; choose from {', '.join(KERNEL_SETS)} or all")
+        ap.error(f"--kernel-sets: unknown {', '.join(unknown)}; see --help for the names")
     readme = readme_rsums((ROOT / "README.md").read_text())
     machine = cpu()
     print(f"machine: {machine['model']}, {machine['cores']} cores, AVX-512 {machine['avx512f']}, "
@@ -174,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if sum(len(g) for g in gaps_seen.values()) > len(gaps_seen):
         print("largest |difference| from the README: " + ", ".join(
             f"{t} {max(abs(g) for g in v):.1f} (range {min(v):+.1f} to {max(v):+.1f})" for t, v in gaps_seen.items()))
+        print(spread_line(gaps_seen, readme))
     if args.json:
         tmp = args.json.with_suffix(args.json.suffix + ".tmp")
         tmp.write_text(json.dumps({"machine": machine, "readme_rsum": readme, "runs": runs}, indent=1, default=str))
