@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_demo", REPO / "benchmarks" / "bench_demo.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -74,7 +76,57 @@ def test_exit_status_follows_both_targets(monkeypatch, capsys):
     table = bench.readme_rsums((REPO / "README.md").read_text())
     for pipeline, dvse_gap, status in ((57, 0.0, 0), (64, 0.0, 1), (50, -8.5, 1), (60, 7.9, 0)):
         rsum = {"dvse_demo": table["dvse_demo"] + dvse_gap, "dvse_demo_fr": table["dvse_demo_fr"]}
-        monkeypatch.setattr(bench, "run_once", lambda keep, p=pipeline, r=rsum: {
-            "venv_s": 1.0, "pipeline_s": p, "phases_s": {"train": 1.0}, "epochs_s": [1.0], "rsum": r, "clone": None})
+        monkeypatch.setattr(bench, "run_once", lambda keep, names, p=pipeline, r=rsum: {"venv_s": 1.0, "clone": None,
+            "kernel_sets": {n: {"pipeline_s": p, "phases_s": {"train": 1.0}, "epochs_s": [1.0], "rsum": r}
+                            for n in names}})
         assert bench.main([]) == status, (pipeline, dvse_gap)
         assert capsys.readouterr().out.splitlines()[-1] == ("targets met" if status == 0 else "targets NOT met")
+
+
+PORTABLE = "aten_avx2+onednn_avx2+mkl_avx2"
+
+
+def test_kernel_sets_hold_every_set_to_the_tolerance_and_only_native_to_the_time(monkeypatch, capsys):
+    table = bench.readme_rsums((REPO / "README.md").read_text())
+    # native on time and in tolerance; the AVX2 pins slow (no time target) and 6.0 below; the generic one 3.0 above
+    generic = "aten_default+onednn_avx2+mkl_compatible"
+    per_set = {"native": (50, 0.0), PORTABLE: (90, -6.0), generic: (55, 3.0)}
+
+    def fake(keep, names):
+        return {"venv_s": 1.0, "clone": None, "kernel_sets": {n: {
+            "pipeline_s": per_set[n][0], "phases_s": {"train": 1.0}, "epochs_s": [1.0],
+            "rsum": {t: round(v + per_set[n][1], 1) for t, v in table.items()}} for n in names}}
+
+    monkeypatch.setattr(bench, "run_once", fake)
+    assert bench.main(["--kernel-sets", f"native,{PORTABLE},{generic}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-3] == "largest |difference| from the README: " + ", ".join(
+        f"{t} 6.0 (range -6.0 to +3.0)" for t in table)
+    per_set[generic] = (55, 8.1)  # beyond the tolerance in one set: the targets are missed
+    assert bench.main(["--kernel-sets", f"native,{PORTABLE},{generic}"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "targets NOT met"
+    with pytest.raises(SystemExit) as stop:  # a name outside the grid: argparse's usage error
+        bench.main(["--kernel-sets", "native,avx3"])
+    assert stop.value.code == 2 and "--kernel-sets: unknown avx3" in capsys.readouterr().err
+
+
+def test_the_grid_pins_all_three_libraries_and_contains_the_portable_pins():
+    from xmr.core.reproducibility import PORTABLE_CPU_ENV
+
+    assert bench.KERNEL_SETS["native"] == {}
+    grid = {k: v for k, v in bench.KERNEL_SETS.items() if k != "native"}
+    assert len(grid) == 3 * 2 * 3  # ATen x oneDNN x MKL
+    assert all(set(v) == {"ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR"} for v in grid.values())
+    assert len({tuple(sorted(v.items())) for v in grid.values()}) == len(grid)
+    # the script runs before .venv/ exists, so it spells XMR_PORTABLE_CPU=1's pins out: the same ones
+    assert grid[PORTABLE] == PORTABLE_CPU_ENV
+
+
+def test_spread_over_distinct_outcomes():
+    readme = {"a": 192.3, "b": 228.8}
+    # runs 1 and 2 computed the same thing (both 0.0 on every target): 3 distinct outcomes; a: 192.3, 189.8, 194.6,
+    # mean 192.23, squared deviations 0.0049 + 5.90 + 5.62 = 11.53, / 2 -> std 2.40; b: 228.8, 225.4, 228.9,
+    # mean 227.70, squared deviations 1.21 + 5.29 + 1.44 = 7.94, / 2 -> std 1.99
+    line = bench.spread_line({"a": [0.0, 0.0, -2.5, 2.3], "b": [0.0, 0.0, -3.4, 0.1]}, readme)
+    assert line == "3 distinct outcomes in 4 runs: a mean 192.2 std 2.40, b mean 227.7 std 1.99"
+    assert bench.spread_line({"a": [0.0, 0.0], "b": [0.0, 0.0]}, readme) == "one distinct outcome in 2 runs"

@@ -18,8 +18,8 @@ def add_arguments(p):
                    help="compare each row's RSUM with the table of a generated section of FILE (README.md#demo-synth, "
                         "what `make demo` checks); a row further than --rsum-tolerance is an error")
     p.add_argument("--rsum-tolerance", type=float, default=8.0,
-                   help="with --expect: how far an RSUM may be (default 8: what the demo's RSUMs differ by across the "
-                        "CPUs measured, docs/benchmarks.md)")
+                   help="with --expect: how far an RSUM may be (default 8: the widest gap between the demo's tables "
+                        "under CPU kernel pins, docs/benchmarks.md \"The table on another CPU\")")
 
 
 def _is_results_file(path) -> bool:
