@@ -8,7 +8,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
-TEST_WORKERS ?= 2
+# one more worker than the 2 cores: the third runs while the others wait on the processes they start (2026-12-06)
+TEST_WORKERS ?= 3
 DEMO_TARGET ?= results/synth/dvse_demo.json results/synth/dvse_demo_fr.json
 # the Snakemake targets `make sync` marks up to date; default: those of the dvc.lock stages that are present
 DVC_TARGETS ?=
@@ -35,8 +36,8 @@ demo: venv
 	$(BIN)/xmr show $(DEMO_TARGET) --expect README.md#demo-synth && \
 	echo "demo finished in $$(( $$(date +%s) - start )) s"
 
-# two pytest-xdist workers, one file each at a time (module fixtures built once); tests/conftest.py gives each
-# worker one torch thread so that the two never oversubscribe the cores, and puts the longest files first:
+# three pytest-xdist workers, one file each at a time (module fixtures built once); tests/conftest.py gives each
+# worker one torch thread so that they do not spin against each other, and puts the longest files first:
 # --no-loadscope-reorder keeps that order (xdist would hand out the files with the most tests first)
 test: venv
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # `make test` runs two pytest-xdist workers on two cores: torch's default one thread per core in each worker
+    # `make test` runs three pytest-xdist workers on two cores: torch's default one thread per core in each worker
     # (and in the commands it starts) would oversubscribe them, and OpenMP's spin-waits make that many times slower
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
@@ -296,7 +296,7 @@ def history_rows(out: Path) -> list[dict]:
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 
 
-#: the files that take longest (`make test --durations`), longest first: `make test` hands files to its two workers in
+#: the files that take longest (`make test --durations`), longest first: `make test` hands files to its workers in
 #: collection order (pytest-xdist's --dist loadfile with --no-loadscope-reorder), so these start first and the run
 #: does not end on one worker finishing a long file while the other waits
 LONGEST_FILES = ("integration/test_slurm_profile.py", "integration/test_dvc_pipeline.py",
