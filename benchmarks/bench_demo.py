@@ -11,10 +11,10 @@ tolerance (8) of the README's table. Standard library only: it runs before any `
 ``.venv/`` is ~7 GB, so each clone is removed after its run unless ``--keep``.
 
 ``--kernel-sets`` re-runs the demo in the same clone (its outputs removed by ``git clean``, ``.venv/`` kept) with
-torch's kernels pinned to each named instruction set (``KERNEL_SETS``): the kernels that CPUs with only that
-instruction set choose. Their RSUMs are runs of the same recipe that differ only in floating-point rounding, the
-thing that moves the table from one CPU to another, so their spread is a measurement of the tolerance on one
-machine. The pipeline's time target applies to the ``native`` set only.
+torch's libraries pinned to the named instruction sets (``KERNEL_SETS``). Their RSUMs are runs of the same recipe
+that differ only in floating-point rounding, the thing that moves the table from one CPU to another: their spread
+measures how far apart CPUs print, though no pin reproduces a given CPU's table (docs/benchmarks.md, "The table on
+another CPU"). The pipeline's time target applies to the ``native`` set only.
 """
 
 from __future__ import annotations
