@@ -125,7 +125,7 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
     annotations and images in place makes exactly that target ready. Models that run their own CNN ask for no
     ImageNet weights."""
     r = run_xmr("doctor", "--zoo", "--config-dir", CONFIG, cwd=tmp_path)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 1 and "\nmodel zoo:\n" in r.stdout, r.stdout[-2000:] + r.stderr
     summary = r.stdout.split("\nmodel zoo:\n")[1].splitlines()
     lines = {line.split()[0]: line for line in summary[:-1]}
     assert set(lines) == {f"results/{ds}/{name}.json" for ds, name in RELEASED} | {
@@ -148,6 +148,7 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"x")
     r = run_xmr("doctor", "--zoo", "--config-dir", CONFIG, cwd=tmp_path)
+    assert r.returncode == 1 and "\nmodel zoo:\n" in r.stdout, r.stdout[-2000:] + r.stderr
     lines = {line.split()[0]: line for line in r.stdout.split("\nmodel zoo:\n")[1].splitlines()[:-1]}
     assert lines["results/coco/pvse_official.json"].endswith("  ready")
     assert "needs checkpoint (pvse)" in lines["results/coco/pvse_official_k1.json"]  # its own file is still missing

@@ -152,44 +152,33 @@ def test_trainer_masks_duplicate_caption_texts(tiny_synth, tmp_path, monkeypatch
     assert extra > 0  # the repeated caption makes the text mask differ from the image mask
 
 
-def _gather_worker(rank: int, world: int, port: int, out: str) -> None:
-    import torch.distributed as td
+def _gather_inputs() -> dict:
+    g = torch.Generator().manual_seed(1)
+    return {"img": torch.randn(6, 4, generator=g), "txt": torch.randn(6, 4, generator=g)}
 
+
+def _gathered_loss_step(rank: int, inputs: dict) -> dict:
+    """In a process of the group: a DDP-wrapped linear layer on this rank's 3 of the 6 pairs, the batches gathered
+    (gather_batch) before the triplet loss; its loss and the averaged gradient."""
     from xmr.losses.triplet import triplet_loss
     from xmr.train.distributed import gather_batch
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    td.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
     net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 3))  # same init on both ranks
-    x = torch.load(out + ".inputs.pt")
     rows = slice(rank * 3, (rank + 1) * 3)
-    img, txt = net(x["img"][rows]), net(x["txt"][rows])
-    img, txt = gather_batch(img), gather_batch(txt)
+    img, txt = gather_batch(net(inputs["img"][rows])), gather_batch(net(inputs["txt"][rows]))
     loss = triplet_loss(img @ txt.t(), torch.eye(6, dtype=torch.bool), margin=0.2)
     loss.backward()
-    if rank == 0:
-        torch.save({"loss": loss.detach(), "grad": net.module.weight.grad.clone()}, out)
-    td.destroy_process_group()
+    return {"loss": loss.detach(), "grad": net.module.weight.grad.clone()}
 
 
-def test_gathered_loss_gradient_equals_one_process_on_the_global_batch(tmp_path):
+def test_gathered_loss_gradient_equals_one_process_on_the_global_batch(two_process_results):
     """Two gloo processes with 3 pairs each and train.gather_negatives: DDP's averaged gradient equals the gradient
     of the same loss computed by one process on all 6 pairs."""
-    import torch.multiprocessing as mp
-
     from xmr.losses.triplet import triplet_loss
 
-    g = torch.Generator().manual_seed(1)
-    inputs = {"img": torch.randn(6, 4, generator=g), "txt": torch.randn(6, 4, generator=g)}
-    out = str(tmp_path / "rank0.pt")
-    torch.save(inputs, out + ".inputs.pt")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_gather_worker, args=(2, port, out), nprocs=2, join=True)
-    got = torch.load(out)
-
+    inputs = _gather_inputs()
+    got = torch.load(two_process_results / "gather.rank0.pt")
     torch.manual_seed(0)
     net = torch.nn.Linear(4, 3)
     ref = triplet_loss(net(inputs["img"]) @ net(inputs["txt"]).t(), torch.eye(6, dtype=torch.bool), margin=0.2)
@@ -262,42 +251,63 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
             "buffers": {n: b.clone() for n, b in model.named_buffers()}}
 
 
-def _train_step_worker(rank: int, world: int, port: int, out: str) -> None:
+def _step_inputs(method: str) -> dict:
+    """An 8-pair batch for ``method``'s step: region features, 4-word captions over a 12-word vocabulary."""
+    g = torch.Generator().manual_seed(3)
+    words = [f"w{i}" for i in range(12)]
+    tokens = [[words[int(k)] for k in torch.randint(0, 12, (4,), generator=g)] for _ in range(8)]
+    return {"feats": torch.randn(8, 4, 8, generator=g), "num_regions": torch.full((8,), 4), "tokens": tokens,
+            "words": words, "method": method}
+
+
+def _two_process_worker(rank: int, world: int, port: int, out: str) -> None:
+    """One process of a 2-process gloo group (the trainer's own set-up): each method's step on its half of the
+    batch, then the gathered loss; every result saved per rank. One group for all cases: starting two
+    interpreters that import torch and xmr is most of each case's time."""
     from xmr.train import distributed
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    ctx = distributed.setup()  # the trainer's own set-up: gloo on CPU
-    inputs = torch.load(out + ".inputs.pt", weights_only=False)
-    half = len(inputs["tokens"]) // world
-    res = _one_train_step(ctx, slice(rank * half, (rank + 1) * half), inputs)
-    torch.save(res, f"{out}.rank{rank}.pt")
+    ctx = distributed.setup()  # gloo on CPU
+    for method in STEP_METHODS:
+        inputs = _step_inputs(method)
+        half = len(inputs["tokens"]) // world
+        try:
+            res = _one_train_step(ctx, slice(rank * half, (rank + 1) * half), inputs)
+        except Exception as e:  # which case broke the group: every test of the fixture reports it
+            raise RuntimeError(f"rank {rank}, method {method}: {e!r}") from e
+        torch.save(res, Path(out) / f"{method}.rank{rank}.pt")
+    res = _gathered_loss_step(rank, _gather_inputs())
+    if rank == 0:
+        torch.save(res, Path(out) / "gather.rank0.pt")
     distributed.cleanup(ctx)
 
 
+@pytest.fixture(scope="module")
+def two_process_results(module_tmp) -> Path:
+    """The folder of what :func:`_two_process_worker`'s two processes saved: ``{method}.rank{r}.pt`` for each of
+    STEP_METHODS and ``gather.rank0.pt``."""
+    import torch.multiprocessing as mp
+
+    out = module_tmp("two_processes")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_two_process_worker, args=(2, port, str(out)), nprocs=2, join=True)
+    return out
+
+
 @pytest.mark.parametrize("method", list(STEP_METHODS))
-def test_two_processes_train_step_equals_one_process_on_the_global_batch(method, tmp_path):
+def test_two_processes_train_step_equals_one_process_on_the_global_batch(method, two_process_results):
     """#16: two gloo processes, each with half of an 8-pair batch, run the trainer's step (DDP wrapper, gradient
     all-reduce, gather_negatives: hardest negatives and the set regularisers over all 8 pairs): every loss term,
     the averaged gradients and the buffers (DVSE's running mean) equal one process's step on all 8 pairs, on both
     ranks, and both ranks hold the same weights after the optimizer step."""
-    import torch.multiprocessing as mp
-
     from xmr.train.distributed import DistContext
 
-    g = torch.Generator().manual_seed(3)
-    words = [f"w{i}" for i in range(12)]
-    tokens = [[words[int(k)] for k in torch.randint(0, 12, (4,), generator=g)] for _ in range(8)]
-    inputs = {"feats": torch.randn(8, 4, 8, generator=g), "num_regions": torch.full((8,), 4), "tokens": tokens,
-              "words": words, "method": method}
-    out = str(tmp_path / "step")
-    torch.save(inputs, out + ".inputs.pt")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_train_step_worker, args=(2, port, out), nprocs=2, join=True)
-    ranks = [torch.load(f"{out}.rank{r}.pt") for r in range(2)]
+    inputs = _step_inputs(method)
+    ranks = [torch.load(two_process_results / f"{method}.rank{r}.pt") for r in range(2)]
     one = _one_train_step(DistContext(), slice(0, 8), inputs)
     assert one["grads"].keys() == ranks[0]["grads"].keys() and len(one["grads"]) > 3
     for got in ranks:
