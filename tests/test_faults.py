@@ -435,18 +435,28 @@ def test_cluster_submission_with_sqlite_tracking_warns():
 
 
 def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp_path, monkeypatch):
-    # MLflow's set_experiment, on losing the creation race to another process, returns the experiment without
-    # making it active; a run started then went to Default (8 concurrent trainings on a server lost 3 runs)
+    # a server has no lock between machines: this job looked the experiment up before another job created it, so
+    # its own create fails (RESOURCE_ALREADY_EXISTS); the run must still go to that experiment, not to Default
+    # (with MLflow's set_experiment, 8 concurrent trainings on a server lost 3 runs to Default)
     import mlflow
 
+    import xmr.run.tracking as tracking
     from xmr.run.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker(True)
     exp_id = mlflow.MlflowClient().create_experiment("xmr/race")
-    monkeypatch.setattr(mlflow, "set_experiment", lambda name: mlflow.MlflowClient().get_experiment_by_name(name))
+    monkeypatch.setattr(tracking, "sqlite_path", lambda uri: None)  # the server's path: no lock, MLflow creates
+    real_get, looked = mlflow.MlflowClient.get_experiment_by_name, []
+
+    def first_look_misses(self, name):
+        looked.append(name)
+        return None if len(looked) == 1 else real_get(self, name)
+
+    monkeypatch.setattr(mlflow.MlflowClient, "get_experiment_by_name", first_look_misses)
     with tracker.run("xmr/race", "r0"):
         run_id = tracker.run_id
+    assert looked == ["xmr/race", "xmr/race"]  # missed, lost the create, looked again
     assert mlflow.MlflowClient().get_run(run_id).info.experiment_id == exp_id
 
 
@@ -496,24 +506,34 @@ def test_a_new_sqlite_store_appears_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tracking.tempfile, "TemporaryDirectory", tmpdir)
 
-    def fail(self, *a, **k):
+    real_store = tracking._sqlite_store
+
+    def fail(*a, **k):  # the schema migrated in scratch space, then the job is killed
+        real_store(*a, **k).engine.dispose()
         raise RuntimeError("killed while migrating")
 
     with monkeypatch.context() as m:
-        m.setattr(mlflow.MlflowClient, "search_experiments", fail)
+        m.setattr(tracking, "_sqlite_store", fail)
         with pytest.raises(RuntimeError, match="killed while migrating"):
             with tracking.store_lock(f"sqlite:///{db}"):
                 pass
     assert list(db.parent.iterdir()) == []
     assert made and not any(Path(t.name).exists() for t in made)  # nor a scratch folder
-    # a completed store is MLflow's own: its Default experiment keeps its artifacts under the working directory
+    # a completed store keeps its experiments' artifacts beside itself, not under the working directory
     monkeypatch.chdir(tmp_path)
     with tracking.store_lock(f"sqlite:///{db}"):
         assert db.is_file()
     assert sorted(p.name for p in db.parent.iterdir()) == ["mlflow.db"]
     assert not any(Path(t.name).exists() for t in made)
-    default = mlflow.MlflowClient(f"sqlite:///{db}").get_experiment("0")
-    assert (default.name, default.artifact_location) == ("Default", str(tmp_path / "mlruns" / "0"))
+    client = mlflow.MlflowClient(f"sqlite:///{db}")
+    default = client.get_experiment("0")
+    assert (default.name, default.artifact_location) == ("Default", str(db.parent / "mlruns" / "0"))
+    new_id = tracking.experiment_id("xmr/synth", f"sqlite:///{db}")
+    assert new_id == tracking.experiment_id("xmr/synth", f"sqlite:///{db}")  # created once
+    assert client.get_experiment(new_id).artifact_location == str(db.parent / "mlruns" / new_id)
+    client.delete_experiment(new_id)  # a deleted experiment is a one-line error naming it, not a run in Default
+    with pytest.raises(XmrError, match=r"'xmr/synth' .* is deleted: restore it"):
+        tracking.experiment_id("xmr/synth", f"sqlite:///{db}")
 
 
 @pytest.mark.parametrize("scratch", ["absent", "full"])

@@ -90,6 +90,11 @@ def test_run_carries_provenance_and_table_rebuilds_from_mlflow_alone(tiny_synth,
     assert (tags["recipe"], tags["method"], tags["dataset"]) == ("vsepp_tab", "vsepp", "synth")
     assert run.data.params["optim.lr"] == "0.0007" and run.data.params["model.embed_dim"] == "32"
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"config.yaml", "history.csv"}
+    # its artifacts lie beside the store, not under the working directory (the repository, here)
+    artifacts = tmp_path / "mlruns" / run.info.experiment_id / run.info.run_id / "artifacts"
+    assert Path(run.info.artifact_uri.removeprefix("file://")) == artifacts
+    assert (artifacts / "config.yaml").is_file() and (artifacts / "history.csv").is_file()
+    assert not (Path.cwd() / "mlruns" / run.info.experiment_id / run.info.run_id).exists()
 
     # the table from MLflow equals the one built from the results files (xmr summarize's rows)
     rows = table(capsys, "--experiment", "xmr/synth")

@@ -1,7 +1,8 @@
 """MLflow tracking: one experiment per dataset (``xmr/{dataset}``), one run per trained recipe (named after it).
 
 The store is ``$MLFLOW_TRACKING_URI`` when set (an ``xmr mlflow-server`` on a cluster), else ``sqlite:///mlflow.db``
-in the working directory (MLflow >= 3.13 refuses the old ``./mlruns`` file store). docs/tracking.md.
+in the working directory (MLflow >= 3.13 refuses the old ``./mlruns`` file store); a SQLite store's artifacts go to
+``mlruns/`` beside its database file (:func:`artifact_root`). docs/tracking.md.
 
 Every training run carries its recipe, method, dataset, backbone, git commit and feature checksum as tags, the
 resolved config as params and ``config.yaml`` artifact, per-epoch validation metrics, and (logged by
@@ -104,8 +105,6 @@ def create_sqlite_store(db: Path) -> None:
     """Build a new, migrated SQLite store in memory-backed scratch space (``/dev/shm`` where there is one) and move
     it into place whole. MLflow's schema migrations commit about a hundred times, each a sync to disk: ~7 s for a
     store built on a disk, ~2 s in memory; and a store interrupted while migrating is never left at ``db``."""
-    import mlflow
-
     from xmr.core.io import atomic_path
 
     shm = [str(MEMORY_SCRATCH)] if MEMORY_SCRATCH.is_dir() and os.access(MEMORY_SCRATCH, os.W_OK) else []
@@ -113,11 +112,8 @@ def create_sqlite_store(db: Path) -> None:
         try:
             with tempfile.TemporaryDirectory(prefix=".xmr-mlflow-", dir=scratch_root) as scratch:
                 built = Path(scratch) / db.name
-                client = mlflow.MlflowClient(f"sqlite:///{built}")
-                client.search_experiments(max_results=1)  # creates and migrates the schema
-                engine = getattr(getattr(client._tracking_client, "store", None), "engine", None)
-                if engine is not None:
-                    engine.dispose()  # the scratch file's connections, before it is removed
+                # creates and migrates the schema, and the Default experiment with its artifacts beside `db`
+                _sqlite_store(f"sqlite:///{built}", artifact_root(db)).engine.dispose()
                 with atomic_path(db) as tmp:
                     shutil.copyfile(built, tmp)
             return
@@ -126,19 +122,62 @@ def create_sqlite_store(db: Path) -> None:
                 raise  # the store's own folder: its error is the user's to see
 
 
+def artifact_root(db: Path) -> str:
+    """Where a local SQLite store's experiments keep their runs' artifacts: ``mlruns/`` beside the database, so a
+    store and its artifacts stay together whatever the working directory of the job that created them (MLflow's
+    own default is ``./mlruns`` of that directory). ``sqlite:///mlflow.db`` in the repository: ``./mlruns``."""
+    return str(db.parent / "mlruns")
+
+
+def _sqlite_store(uri: str, root: str):
+    """MLflow's SQLite store with ``root`` as its artifact root (a new database is created and migrated)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    return SqlAlchemyStore(uri, root)
+
+
+def experiment_id(name: str, uri: str) -> str:
+    """The id of experiment ``name`` in the store at ``uri``, created (with the store) when missing. A local SQLite
+    store creates it with its artifacts under :func:`artifact_root`; a server, where its artifact root says."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    with store_lock(uri):
+        client = mlflow.MlflowClient(uri)
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            db = sqlite_path(uri)
+            if db is not None:  # the lock serialises this with every other job on the machine
+                store = _sqlite_store(uri, artifact_root(db))
+                try:
+                    return store.create_experiment(name)
+                finally:
+                    store.engine.dispose()
+            try:
+                return client.create_experiment(name)
+            except MlflowException:  # a job on another machine created it at the same moment (no lock there)
+                exp = client.get_experiment_by_name(name)
+                if exp is None:
+                    raise
+    if exp.lifecycle_stage == "deleted":
+        from xmr.core.errors import XmrError
+
+        raise XmrError(f"MLflow experiment {name!r} in {uri} is deleted: restore it (`mlflow experiments restore "
+                       f"--experiment-id {exp.experiment_id}`), or set tracking.experiment to another name")
+    return exp.experiment_id
+
+
 def prepare_store(experiment: str | None = None, uri: str | None = None) -> str | None:
     """Create the store (and ``experiment``) once, before jobs fan out; returns the experiment id."""
     import mlflow
 
     uri = uri or tracking_uri()
     mlflow.set_tracking_uri(uri)
+    if experiment is not None:
+        return experiment_id(experiment, uri)
     with store_lock(uri):
-        client = mlflow.MlflowClient(uri)
-        client.search_experiments(max_results=1)  # creates and migrates a new store
-        if experiment is None:
-            return None
-        exp = client.get_experiment_by_name(experiment)
-        return exp.experiment_id if exp else client.create_experiment(experiment)
+        mlflow.MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates a new store
+    return None
 
 
 def environment_tags(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -259,18 +298,14 @@ class Tracker:
             yield self
             return
         mlflow = self.mlflow
-        exp = None
+        exp_id = None
         if not (run_id and id_file is None and self._stored(run_id)):  # a plain reopen needs no experiment
-            with store_lock(self.uri):
-                exp = mlflow.set_experiment(experiment)
-            # MLflow's set_experiment returns without activating the experiment when another process created it
-            # at the same moment (its RESOURCE_ALREADY_EXISTS branch): a run started then lands in Default. Name it.
-            exp = exp or mlflow.get_experiment_by_name(experiment)
+            exp_id = experiment_id(experiment, self.uri)  # named, never the active one: a run cannot land in Default
         if id_file is not None:
             id_file = Path(id_file)
             run_id = self.settle(id_file, run_id, resume)
         kwargs: dict[str, Any] = {"run_id": run_id} if run_id else {"run_name": run_name,
-                                                                     "experiment_id": exp.experiment_id}
+                                                                     "experiment_id": exp_id}
         parent_run_id = parent_run_id or os.environ.get(PARENT_ENV) or None
         if parent_run_id and not run_id:
             kwargs.update(nested=True, parent_run_id=parent_run_id)
