@@ -128,6 +128,10 @@ def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
     run(["git", "init", "-q", "-b", "main"], root, env)
     run(["git", "add", "-A"], root, env)
     run(["git", "commit", "-q", "-m", "project"], root, env)
+    # the previews docs/pipeline.md gives for a clone with nothing built (`dvc repro --dry` of later stages cannot)
+    (root.parent / "fresh_status.txt").write_text(run(dvc("status"), root, env).stdout)
+    (root.parent / "fresh_dry_data.txt").write_text(run(dvc("repro", "--dry", "data@synth"), root, env).stdout)
+    (root.parent / "fresh_dry_built.txt").write_text("data/synth" if (root / "data" / "synth").exists() else "nothing")
     run_demo_with_one_ctrl_c(root, env)
     before = mtimes(root, DEMO_FILES)
     for name in ("first", "again"):
@@ -143,6 +147,17 @@ def dvc_repo(module_tmp) -> tuple[Path, dict[str, str]]:
     status = run(dvc("status"), root, env).stdout
     assert "Data and pipelines are up to date." in status, status
     return root, env
+
+
+def test_what_dvc_would_run_on_a_clone_with_nothing_built(dvc_repo):
+    root, _ = dvc_repo
+    status = (root.parent / "fresh_status.txt").read_text()
+    for stage in ("data@synth", DEMO_FEATURES_STAGE, *DEMO_STAGES):
+        assert f"{stage}:" in status, (stage, status[:3000])
+    assert "deleted:            data/synth" in status
+    dry = (root.parent / "fresh_dry_data.txt").read_text()
+    assert "Running stage 'data@synth':\n> snakemake --cores 2 data/synth/dataset_synth.json" in dry, dry
+    assert (root.parent / "fresh_dry_built.txt").read_text() == "nothing"  # a dry run builds nothing
 
 
 def test_a_demo_stopped_by_ctrl_c_keeps_both_runs_epochs_in_its_training_log(dvc_repo):
