@@ -69,7 +69,7 @@ def write_recipe(root: Path, name: str, epochs: int) -> Path:
     method, sections = RECIPES[name]
     doc = {"extends": str(ROOT / "config" / "methods" / f"{method}.yaml"), "dataset": "synth",
            "features": {"backbone": "efficientnet_lite0", "dir": str(root / "features")},
-           "model": {"embed_dim": 32}, "text": {"hidden_dim": 32, "word_vectors": None, "word_dim": 16},
+           "model": {"embed_dim": 32}, "text": {"word_vectors": None, "word_dim": 16},
            "train": {"epochs": epochs, "batch_size": 16, "val_max_images": 12, "threads": 1},
            "eval": {"batch_size": 32}, "tracking": {"enabled": False}}
     for key, section in sections.items():

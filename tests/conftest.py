@@ -74,7 +74,6 @@ class TinySynth:
             "model": {"embed_dim": 32},
             "loss": {},
             "optim": {},
-            "text": {"hidden_dim": 32},
             "train": {"epochs": 1, "batch_size": 16, "val_max_images": 10},
             "eval": {"batch_size": 32},
             "tracking": {"enabled": False},

@@ -51,7 +51,7 @@ def train_and_test(root, seed: int, monkeypatch=None) -> float:
     recipe.write_text(yaml.safe_dump({
         "extends": str(REPO_METHODS / "vsepp.yaml"), "dataset": "synth",
         "features": {"backbone": "efficientnet_lite0", "dir": str(root / "features")},
-        "model": {"embed_dim": 64}, "text": {"hidden_dim": 64},
+        "model": {"embed_dim": 64},
         "optim": {"lr": 0.002, "schedule": {"name": "step", "step_epochs": [5]}},
         "train": {"epochs": 6, "batch_size": 40, "seed": seed, "threads": 1, "val_max_images": 40},
         "tracking": {"enabled": False}}))

@@ -82,6 +82,24 @@ def test_cli_bad_config_fails_before_work_without_traceback(tmp_path):
     assert not out.exists()  # nothing written
 
 
+def test_a_retired_key_is_one_line_that_says_why(tmp_path):
+    # text.hidden_dim was accepted and never read (the BiGRU is model.embed_dim wide): setting it is now an error
+    out = tmp_path / "run"
+    recipe = REPO / "config/recipes/synth/vsepp.yaml"
+    r = run_xmr("train", "--config", recipe, "--out-dir", out, "--set", "text.hidden_dim=2048", cwd=REPO)
+    assert r.returncode == 2 and not out.exists()
+    assert r.stderr.strip().splitlines() == [
+        f"xmr train: error: {recipe}: text.hidden_dim: not a setting any more (it never set anything: the BiGRU's "
+        f"width is model.embed_dim (as in VSE++ and VSE∞)); remove it from the recipe (or the file it extends) and "
+        f"from --set"]
+    written = tmp_path / "recipe.yaml"  # in a recipe file, by way of the file it extends
+    base = tmp_path / "base.yaml"
+    base.write_text(f"extends: {recipe}\ntext: {{hidden_dim: 32}}\n")
+    written.write_text(f"extends: {base}\n")
+    with pytest.raises(XmrError, match=r"recipe.yaml: text.hidden_dim: not a setting any more"):
+        load_run_config(written)
+
+
 def test_missing_dataset_file_names_path_and_remedy(tmp_path):
     from xmr.config.loader import load_dataset_config
     from xmr.data import load_split

@@ -1,6 +1,7 @@
 """A run directory written by the previous release (tests/fixtures/old_run/, made by make_old_run.py at commit
 d97c733) loads, scores, evaluates and searches with this version, through the CLI lines a user types; its
-config.yaml is re-validated against today's schema, so a key added since the run was written gets its default."""
+config.yaml is re-validated against today's schema, so a key added since the run was written gets its default and
+a retired one (``text.hidden_dim``) is dropped."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def old_run(tiny_synth, tmp_path) -> Path:
     shutil.copytree(FIXTURE, run)
     text = (run / "config.yaml").read_text()
     assert WRITTEN_AT in text and "\n  rerank: {}\n" in text
+    assert "\ntext:\n  hidden_dim: 32\n" in text  # a key since retired (it set nothing): the loader drops it
     text = text.replace(WRITTEN_AT, str(tiny_synth.root)).replace("\n  rerank: {}\n", "\n")
     (run / "config.yaml").write_text(text)
     return run

@@ -109,7 +109,7 @@ def test_toy_method_and_reranker_from_outside_the_package(tiny_synth, tmp_path):
     recipe.write_text(yaml.safe_dump({
         "method": "toy", "dataset": "synth",
         "features": {"backbone": "efficientnet_lite0", "dir": str(tiny_synth.features_dir)},
-        "model": {"embed_dim": 16}, "loss": {}, "text": {"hidden_dim": 16},
+        "model": {"embed_dim": 16}, "loss": {},
         "optim": {"lr": 0.001}, "train": {"epochs": 1, "batch_size": 256, "val_max_images": 10},
         "eval": {"batch_size": 64}, "tracking": {"enabled": False}}))
     env = xmr_env(XMR_PLUGINS=str(plugin))

@@ -33,7 +33,7 @@ from xmr.settings.run_settings import run_settings
 COMMON = {
     "optim": {"name": "adamw", "lr": 5e-4, "weight_decay": 1e-4, "grad_clip": 2.0,
               "schedule": {"name": "step", "step_epochs": [15], "gamma": 0.1}},
-    "text": {"encoder": "bigru", "word_vectors": None, "word_dim": 16, "hidden_dim": 32, "finetune_words": True},
+    "text": {"encoder": "bigru", "word_vectors": None, "word_dim": 16, "finetune_words": True},
     "train": {"epochs": 2, "batch_size": 16, "seed": 3, "mask_same_image": False},
 }
 AUGMENT = {"size_augment": {"mode": "region", "p": 0.2}, "text_augment": 0.2}  # VSE∞'s recipe

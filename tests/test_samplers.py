@@ -200,7 +200,7 @@ def test_gather_negatives_is_refused_for_methods_with_per_batch_state(tiny_synth
 
 STEP_ROOT = Path(__file__).resolve().parents[1]
 SHRINK = ["train.gather_negatives=true", "optim.grad_clip=null", "model.embed_dim=16", "text.word_vectors=null",
-          "text.word_dim=8", "text.hidden_dim=16"]
+          "text.word_dim=8"]
 # each method's synth recipe, shrunk; random augmentations and dropout off (their draws differ between 1 and 2
 # processes); DVSE with the dynamic mask's centring on, whose running mean is all-reduced across processes.
 STEP_METHODS = {

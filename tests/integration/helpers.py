@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent
 
 # generator / backbone / recipe sizes that keep a whole synth pipeline to seconds of CPU
 TINY_SYNTH = {"seed": 0, "n_train": 40, "n_val": 10, "n_test": 10, "image_size": 64}
-TINY_RECIPE = {"model": {"embed_dim": 32}, "text": {"hidden_dim": 32},
+TINY_RECIPE = {"model": {"embed_dim": 32},
                "train": {"epochs": 2, "batch_size": 16, "val_max_images": 10}, "eval": {"batch_size": 32}}
 
 

@@ -44,6 +44,17 @@ def _run_schema(encoders: tuple[str, ...], similarities: tuple[str, ...]) -> dic
     return schema
 
 
+#: keys that no longer exist, each with why: a recipe that sets one is an error (it never did what it says); a saved
+#: run's config.yaml drops it (the model it describes was built without it)
+RETIRED_KEYS: dict[tuple[str, str], str] = {
+    ("text", "hidden_dim"): "it never set anything: the BiGRU's width is model.embed_dim (as in VSE++ and VSE∞)",
+}
+
+
+def _retired(cfg: dict) -> list[tuple[str, str]]:
+    return [(sec, key) for sec, key in RETIRED_KEYS if isinstance(cfg.get(sec), dict) and key in cfg[sec]]
+
+
 def _validate_run(cfg: dict, src: str) -> dict:
     """``cfg`` validated (defaults filled) against the run schema and then its method's schema."""
     validate(cfg, run_schema(), src)
@@ -67,6 +78,9 @@ def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sect
     if sections:
         cfg = deep_merge(cfg, sections)
     cfg.setdefault("name", path.stem)
+    for sec, key in _retired(cfg):
+        raise XmrError(f"{path}: {sec}.{key}: not a setting any more ({RETIRED_KEYS[sec, key]}); remove it from the "
+                       f"recipe (or the file it extends) and from --set")
     _validate_run(cfg, str(path))
     config_dir = find_config_dir(path.resolve().parent)
     cfg["dataset_cfg"] = load_dataset_config(cfg["dataset"], config_dir)
@@ -96,6 +110,8 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
     if not isinstance(dataset_cfg, dict):
         raise XmrError(f"{path}: no dataset_cfg section; a run directory's config.yaml holds its resolved dataset "
                        f"config (rerun `xmr train` or `xmr import-checkpoint` for it)")
+    for sec, key in _retired(cfg):
+        del cfg[sec][key]
     _validate_run(cfg, str(path))
     cfg["dataset_cfg"] = validate(dataset_cfg, "dataset", f"{path}: dataset_cfg")
     if backbone_cfg is not None:
