@@ -128,3 +128,24 @@ def test_the_workflow_the_gallery_and_the_digest_name_the_same_files(own_synth):
                                                        "text_features": [str(fdir / "toytext" / "test.h5")]}
     _, parts = RunInputs.of(run_settings(cfg), "train").digest()
     assert set(parts) == {"features_sha256", "text_features_sha256", "annotations_0_sha256"}
+
+
+def test_dvc_train_stages_depend_on_what_their_recipes_read():
+    # DVC reruns a train stage when a dependency changes: a stage that lists too little misses a rebuilt input; one
+    # that lists a parent folder (RRF once listed all of features/synth) reruns when another recipe's features change
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    stages = next(v["train"] for v in yaml.safe_load((repo / "dvc.yaml").read_text())["vars"] if "train" in v)
+    recipes = {p.stem: RunInputs.of(run_settings(load_run_config(p)), "train")
+               for p in sorted((repo / "config" / "recipes" / "synth").glob("*.yaml"))}
+    # every synth recipe on precomputed features has its stage (end to end, vse_inf_e2e, is trained by hand)
+    assert {item["recipe"] for item in stages.values()} == {r for r, i in recipes.items() if not i.end_to_end}
+    for name, item in stages.items():
+        assert name == f"{item['dataset']}-{item['recipe']}"
+        inputs = recipes[item["recipe"]]
+        assert Path(item["features"]) == inputs.image_features.parent, name
+        (annotations,) = inputs.annotations
+        text = inputs.text_features.parent if inputs.text_features else annotations
+        assert Path(item["text"]) == text, name
+    assert stages["synth-rrf"]["text"] == "features/synth/hglmm"  # the one recipe on precomputed caption features
