@@ -119,6 +119,31 @@ def test_run_carries_provenance_and_table_rebuilds_from_mlflow_alone(tiny_synth,
     assert "xmr/none" in capsys.readouterr().err
 
 
+def test_training_into_a_deleted_experiment_is_one_line_whose_command_restores_it(tiny_synth, tmp_path, store):
+    # MLflow refuses runs in a deleted experiment; the error names it and the command that restores it, which works
+    # as printed (run from any folder), and the next training then lands in the restored experiment
+    from conftest import run_xmr
+
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_del", tracking={"enabled": True})
+    client = mlflow.MlflowClient(store)
+    exp_id = client.create_experiment("xmr/synth")
+    client.delete_experiment(exp_id)
+    r = run_xmr("train", "--config", recipe, "--out-dir", tmp_path / "run", "--no-progress")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    restore = f"MLFLOW_TRACKING_URI={store} mlflow experiments restore --experiment-id {exp_id}"
+    assert line == (f"xmr train: error: MLflow experiment 'xmr/synth' in {store} is deleted: restore it "
+                    f"(`{restore}`), or set tracking.experiment to another name"), line
+    assert not (tmp_path / "run" / "best.pt").exists()
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}  # the printed line says which store
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    subprocess.run(["bash", "-c", restore], cwd=tmp_path / "..", env=env, check=True, capture_output=True)
+    r = run_xmr("train", "--config", recipe, "--out-dir", tmp_path / "run", "--no-progress")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run,) = client.search_runs([exp_id])
+    assert run.info.run_name == "vsepp_del" and run.info.status == "FINISHED"
+
+
 RACE = """
 import os, sys, time
 from pathlib import Path

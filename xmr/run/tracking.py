@@ -162,8 +162,9 @@ def experiment_id(name: str, uri: str) -> str:
     if exp.lifecycle_stage == "deleted":
         from xmr.core.errors import XmrError
 
-        raise XmrError(f"MLflow experiment {name!r} in {uri} is deleted: restore it (`mlflow experiments restore "
-                       f"--experiment-id {exp.experiment_id}`), or set tracking.experiment to another name")
+        raise XmrError(f"MLflow experiment {name!r} in {uri} is deleted: restore it (`MLFLOW_TRACKING_URI={uri} "
+                       f"mlflow experiments restore --experiment-id {exp.experiment_id}`), or set "
+                       f"tracking.experiment to another name")
     return exp.experiment_id
 
 
