@@ -28,8 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 60.0
@@ -116,27 +118,35 @@ def demo_in(clone: Path, env: dict[str, str]) -> dict:
             "rsum": {t: round(v, 1) for t, v in results.items()}}
 
 
-def run_once(keep: bool, kernel_sets: list[str] = ("native",)) -> dict:
-    """A fresh clone, its ``.venv/`` (timed), then ``make demo`` once per kernel set (outputs removed between)."""
-    clone = Path(tempfile.mkdtemp(prefix="xmr-bench-demo-")) / "xmr"
+@contextmanager
+def fresh_clone(keep: bool, prefix: str = "xmr-bench-demo-") -> Iterator[tuple[Path, dict[str, str], float]]:
+    """A clone of HEAD in a temporary folder with its ``.venv/`` made by ``make venv``, as a new user has it:
+    (clone, the environment to run its commands in: CI=true, no PYTHONPATH; seconds ``make venv`` took). The clone
+    is removed afterwards unless ``keep``."""
+    clone = Path(tempfile.mkdtemp(prefix=prefix)) / "xmr"
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"CI": "true"}
         t0 = time.perf_counter()
         venv = subprocess.run(["make", "venv"], cwd=clone, env=env, stdin=subprocess.DEVNULL, capture_output=True,
                               text=True)  # pip's warnings are many: shown only when it fails
-        venv_s = time.perf_counter() - t0
         if venv.returncode != 0:
             raise SystemExit(f"make venv failed in {clone} (exit {venv.returncode}):\n{venv.stderr[-3000:]}")
+        yield clone, env, time.perf_counter() - t0
+    finally:
+        if not keep:
+            shutil.rmtree(clone.parent, ignore_errors=True)
+
+
+def run_once(keep: bool, kernel_sets: list[str] = ("native",)) -> dict:
+    """A fresh clone, its ``.venv/`` (timed), then ``make demo`` once per kernel set (outputs removed between)."""
+    with fresh_clone(keep) as (clone, env, venv_s):
         sets = {}
         for i, name in enumerate(kernel_sets):
             if i:
                 subprocess.run(["git", "clean", "-fdxq", "-e", ".venv"], cwd=clone, check=True)
             sets[name] = demo_in(clone, env | KERNEL_SETS[name])
         return {"venv_s": round(venv_s, 1), "kernel_sets": sets, "clone": str(clone) if keep else None}
-    finally:
-        if not keep:
-            shutil.rmtree(clone.parent, ignore_errors=True)
 
 
 def spread_line(gaps: dict[str, list[float]], readme: dict[str, float]) -> str:

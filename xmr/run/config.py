@@ -78,7 +78,8 @@ def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sect
     if sections:
         cfg = deep_merge(cfg, sections)
     cfg.setdefault("name", path.stem)
-    for sec, key in _retired(cfg):
+    if retired := _retired(cfg):
+        sec, key = retired[0]
         raise XmrError(f"{path}: {sec}.{key}: not a setting any more ({RETIRED_KEYS[sec, key]}); remove it from the "
                        f"recipe (or the file it extends) and from --set")
     _validate_run(cfg, str(path))

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from xmr.core.errors import XmrError
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_ENV = "XMR_PARENT_RUN_ID"
 # environment -> tag: where a run ran (SLURM job, DVC experiment), so an MLflow run leads back to its job log
@@ -160,8 +162,6 @@ def experiment_id(name: str, uri: str) -> str:
                 if exp is None:
                     raise
     if exp.lifecycle_stage == "deleted":
-        from xmr.core.errors import XmrError
-
         raise XmrError(f"MLflow experiment {name!r} in {uri} is deleted: restore it (`MLFLOW_TRACKING_URI={uri} "
                        f"mlflow experiments restore --experiment-id {exp.experiment_id}`), or set "
                        f"tracking.experiment to another name")
@@ -372,8 +372,6 @@ def results_table(experiment: str, uri: str | None = None, all_runs: bool = Fals
     """
     import mlflow
     from mlflow.entities import ViewType
-
-    from xmr.core.errors import XmrError
 
     uri = uri or tracking_uri()
     client = mlflow.MlflowClient(uri)
