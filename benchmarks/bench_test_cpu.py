@@ -29,16 +29,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_demo import cpu, fresh_clone  # noqa: E402 - the one way a benchmark makes a fresh clone
 
 MARK = "# written by benchmarks/bench_test_cpu.py"
+WORKER = "<pytest-xdist worker>"  # what the log says instead of a worker's argv
 SITECUSTOMIZE = MARK + '''
 import atexit, json, os, sys, time
 _T0 = time.monotonic()
+WORKER = {worker!r}
+
+
+def _argv():  # pytest-xdist's workers run code read from stdin: `python -c` with no arguments, xdist imported
+    return [WORKER] if sys.argv == ["-c"] and "xdist" in sys.modules else sys.argv
 
 
 def _xmr_cpu_log():
     try:
         t = os.times()
         with open({log!r}, "a") as f:  # one short write per process: lines from concurrent processes stay whole
-            f.write(f"{{t.user + t.system:.2f}}\\t{{time.monotonic() - _T0:.2f}}\\t{{json.dumps(sys.argv)}}\\n")
+            f.write(f"{{t.user + t.system:.2f}}\\t{{time.monotonic() - _T0:.2f}}\\t{{json.dumps(_argv())}}\\n")
     except Exception:
         pass
 
@@ -47,18 +53,23 @@ atexit.register(_xmr_cpu_log)
 '''
 
 
+def sitecustomize(log: Path) -> str:
+    """The ``sitecustomize.py`` that appends each exiting process's line to ``log``."""
+    return SITECUSTOMIZE.format(log=str(log), worker=WORKER)
+
+
 def kind(argv: list[str]) -> str:
-    """What a process ran, from its ``sys.argv``: ``xmr train``, ``snakemake``, ``pytest worker``, ..."""
+    """What a process ran, from its logged ``sys.argv``: ``xmr train``, ``snakemake``, ``pytest-xdist worker``, ..."""
     prog = argv[0] if argv else ""
-    name = Path(prog).name
-    if prog.endswith(("xmr/__main__.py", "/bin/xmr")) or prog == "xmr":
+    name = Path(prog).parent.name if prog.endswith("/__main__.py") else Path(prog).name  # `python -m NAME`
+    if prog == WORKER:
+        return "pytest-xdist worker"
+    if name == "xmr":
         return f"xmr {argv[1]}" if len(argv) > 1 and not argv[1].startswith("-") else "xmr"
     if prog.endswith("torch/distributed/run.py"):
         return "torchrun"
-    if prog.endswith("pytest/__main__.py") or name in ("pytest", "py.test"):
-        return "pytest (main)"
-    if argv == ["-c"]:
-        return "pytest worker"  # pytest-xdist starts its workers with `python -c ...`, reading code from stdin
+    if name in ("pytest", "py.test"):
+        return "pytest"
     if prog == "-c":
         return "python -c"
     if name in ("snakemake", "dvc", "mlflow"):
@@ -115,7 +126,7 @@ def logged_make_test(clone: Path, env: dict[str, str], log: Path) -> tuple[int, 
     target = site_packages(clone) / "sitecustomize.py"
     if target.exists() and MARK not in target.read_text():
         raise SystemExit(f"{target}: a sitecustomize.py of its own is there; this script would replace it")
-    target.write_text(SITECUSTOMIZE.format(log=str(log)))
+    target.write_text(sitecustomize(log))
     try:
         t0 = time.perf_counter()
         r = subprocess.run(["make", "test"], cwd=clone, env=env, stdin=subprocess.DEVNULL)

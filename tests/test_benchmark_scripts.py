@@ -100,30 +100,32 @@ def test_bench_test_cpu_logs_each_process_and_groups_the_log_by_kind(tmp_path):
         sys.path.remove(str(REPO / "benchmarks"))
     site, log = tmp_path / "site", tmp_path / "cpu.tsv"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(bench_test_cpu.SITECUSTOMIZE.format(log=str(log)))
+    (site / "sitecustomize.py").write_text(bench_test_cpu.sitecustomize(log))
     script = tmp_path / "benchmarks" / "spin.py"
     script.parent.mkdir()
     script.write_text("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n")
     env = {**xmr_env(), "PYTHONPATH": str(site)}
     subprocess.run([sys.executable, str(script), "--flag"], env=env, check=True, timeout=60)
     subprocess.run([sys.executable, "-c", "pass"], env=env, check=True, timeout=60)
-    (spin, worker) = bench_test_cpu.read_log(log.read_text())
-    assert spin["argv"] == [str(script), "--flag"] and worker["argv"] == ["-c"]
+    subprocess.run([sys.executable, "-c", "import xdist"], env=env, check=True, timeout=60)  # as a worker is
+    (spin, plain, worker) = bench_test_cpu.read_log(log.read_text())
+    assert (spin["argv"], plain["argv"], worker["argv"]) == ([str(script), "--flag"], ["-c"], ["<pytest-xdist worker>"])
     assert spin["cpu_s"] >= 0.3 and spin["wall_s"] >= spin["cpu_s"] - 0.05
-    assert [bench_test_cpu.kind(r["argv"]) for r in (spin, worker)] == ["benchmarks/ scripts", "pytest worker"]
+    assert [bench_test_cpu.kind(r["argv"]) for r in (spin, plain, worker)] == [
+        "benchmarks/ scripts", "python -c", "pytest-xdist worker"]
 
     # a log read by the command a user types: worked by hand, 8.25 CPU s in four whole lines
     log.write_text('1.50\t2.0\t["/v/lib/python3.11/site-packages/xmr/__main__.py", "train", "--config", "a.yaml"]\n'
                    '2.50\t3.0\t["/v/bin/xmr", "train"]\n'
-                   '0.25\t1.0\t["/v/bin/snakemake", "-n"]\n'
-                   '4.00\t60.0\t["-c"]\n'
+                   '0.25\t1.0\t["/v/lib/python3.11/site-packages/snakemake/__main__.py", "-n"]\n'
+                   '4.00\t60.0\t["<pytest-xdist worker>"]\n'
                    '3.00\t4.0\t["/v/bin/dv\n')  # cut short: skipped
     out = tmp_path / "groups.json"
     r = subprocess.run([sys.executable, "benchmarks/bench_test_cpu.py", "--log", str(log), "--json", str(out)],
                        cwd=REPO, env=xmr_env(), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["groups"] == [
-        {"kind": "pytest worker", "processes": 1, "cpu_s": 4.0, "cpu_s_each": 4.0, "share": 0.485},
+        {"kind": "pytest-xdist worker", "processes": 1, "cpu_s": 4.0, "cpu_s_each": 4.0, "share": 0.485},
         {"kind": "xmr train", "processes": 2, "cpu_s": 4.0, "cpu_s_each": 2.0, "share": 0.485},
         {"kind": "snakemake", "processes": 1, "cpu_s": 0.25, "cpu_s_each": 0.25, "share": 0.03}]
     assert "| 2 | xmr train | 4.0 | 2.00 | 48.5 % |" in r.stdout and "| 4 | all | 8.2 | | |" in r.stdout
