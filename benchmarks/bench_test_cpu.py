@@ -153,10 +153,12 @@ def main(argv: list[str] | None = None) -> int:
             status, wall = logged_make_test(args.clone.resolve(), {k: v for k, v in os.environ.items()
                                                                    if k != "PYTHONPATH"} | {"CI": "true"}, log)
         else:
-            with fresh_clone(args.keep, prefix="xmr-bench-test-cpu-") as (clone, env, _):
+            with fresh_clone(args.keep, prefix="xmr-bench-test-cpu-") as (clone, env, venv_s):
+                print(f"make venv: {venv_s:.0f} s", flush=True)
+                run["make_venv_s"] = round(venv_s, 1)
                 status, wall = logged_make_test(clone, env, log)
         text = log.read_text() if log.exists() else ""
-        run = {"make_test_exit": status, "make_test_wall_s": round(wall, 1), "log": str(log)}
+        run |= {"make_test_exit": status, "make_test_wall_s": round(wall, 1), "log": str(log)}
         print(f"make test: exit {status}, {wall / 60:.1f} min; the log: {log}")
     groups = by_kind(read_log(text))
     print(f"machine: {machine['model']}, {machine['cores']} cores, AVX-512 {machine['avx512f']}, "
