@@ -149,3 +149,7 @@ def test_dvc_train_stages_depend_on_what_their_recipes_read():
         text = inputs.text_features.parent if inputs.text_features else annotations
         assert Path(item["text"]) == text, name
     assert stages["synth-rrf"]["text"] == "features/synth/hglmm"  # the one recipe on precomputed caption features
+    # and the stage that makes those features reads the captions only, as its Snakemake rules do
+    text_stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["text_features"]
+    data_deps = [d for d in text_stage["do"]["deps"] if d.startswith("data/")]
+    assert [d.replace("${item}", "synth") for d in data_deps] == [str(annotations)]
