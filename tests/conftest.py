@@ -337,10 +337,52 @@ def low_disk_message(folder: str, free_bytes: int, need_gb: float) -> str | None
             f"free some space, or point TMPDIR at a larger disk")
 
 
+def repo_run_folders() -> set[str]:
+    """The run folders under the checkout's ``mlruns/`` (``{experiment id}/{run id}``)."""
+    return {f"{p.parent.name}/{p.name}" for p in (REPO / "mlruns").glob("*/*") if p.is_dir()}
+
+
+def orphan_run_folders(before: set[str]) -> list[str]:
+    """Run folders that appeared under the checkout's ``mlruns/`` since ``before`` and that the checkout's own
+    ``mlflow.db`` does not hold: a test's run (its store temporary) whose artifacts went into the repository. A
+    ``make demo`` beside the suite writes runs its store holds, and is not counted."""
+    new = repo_run_folders() - before
+    db = REPO / "mlflow.db"
+    if not new or not db.exists():
+        return sorted(new)
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as con:
+            known = {row[0] for row in con.execute("SELECT run_uuid FROM runs")}
+    except sqlite3.Error:  # locked or not an MLflow store: nothing to tell them apart by
+        return []
+    return sorted(f for f in new if f.split("/")[1] not in known)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when tests left run artifacts in the checkout (MLflow writes a new experiment's artifacts under
+    ``./mlruns`` of the creating process unless told otherwise; xmr puts them beside the store)."""
+    if hasattr(session.config, "workerinput") or not hasattr(session.config, "_xmr_run_folders"):
+        return
+    if left := orphan_run_folders(session.config._xmr_run_folders):
+        session.config._xmr_orphans = left
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if left := getattr(config, "_xmr_orphans", None):
+        terminalreporter.write_line(f"the tests left {len(left)} run folder(s) in {REPO / 'mlruns'} that no store "
+                                    f"holds (a test created an MLflow experiment under the working folder): "
+                                    f"{', '.join(left[:5])}", red=True)
+
+
 def pytest_sessionstart(session):
-    """Stop before the first test on a nearly full disk (one line), not with hundreds of failed writes."""
+    """Stop before the first test on a nearly full disk (one line), not with hundreds of failed writes; note the
+    checkout's MLflow run folders (:func:`pytest_sessionfinish`)."""
     if hasattr(session.config, "workerinput"):  # pytest-xdist: the controller has checked
         return
+    session.config._xmr_run_folders = repo_run_folders()
     base = session.config.option.basetemp
     folder = Path(base).resolve().parent if base else Path(os.environ.get("PYTEST_DEBUG_TEMPROOT") or
                                                             tempfile.gettempdir())

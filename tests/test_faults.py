@@ -445,7 +445,7 @@ def test_a_run_lands_in_its_experiment_when_another_process_created_it_first(tmp
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker = Tracker(True)
-    exp_id = mlflow.MlflowClient().create_experiment("xmr/race")
+    exp_id = mlflow.MlflowClient().create_experiment("xmr/race", artifact_location=str(tmp_path / "mlruns"))
     monkeypatch.setattr(tracking, "sqlite_path", lambda uri: None)  # the server's path: no lock, MLflow creates
     real_get, looked = mlflow.MlflowClient.get_experiment_by_name, []
 

@@ -125,8 +125,10 @@ def test_training_into_a_deleted_experiment_is_one_line_whose_command_restores_i
     from conftest import run_xmr
 
     recipe = tiny_synth.recipe("vsepp", name="vsepp_del", tracking={"enabled": True})
+    from xmr.run.tracking import experiment_id
+
     client = mlflow.MlflowClient(store)
-    exp_id = client.create_experiment("xmr/synth")
+    exp_id = experiment_id("xmr/synth", store)  # as a training creates it: its artifacts beside the store
     client.delete_experiment(exp_id)
     r = run_xmr("train", "--config", recipe, "--out-dir", tmp_path / "run", "--no-progress")
     assert r.returncode == 2 and "Traceback" not in r.stderr
@@ -142,6 +144,7 @@ def test_training_into_a_deleted_experiment_is_one_line_whose_command_restores_i
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = client.search_runs([exp_id])
     assert run.info.run_name == "vsepp_del" and run.info.status == "FINISHED"
+    assert run.info.artifact_uri.removeprefix("file://").startswith(str(tmp_path / "mlruns"))
 
 
 RACE = """
