@@ -136,7 +136,8 @@ def test_dvc_train_stages_depend_on_what_their_recipes_read():
     import yaml
 
     repo = Path(__file__).resolve().parents[1]
-    stages = next(v["train"] for v in yaml.safe_load((repo / "dvc.yaml").read_text())["vars"] if "train" in v)
+    doc = yaml.safe_load((repo / "dvc.yaml").read_text())
+    stages = next(v["train"] for v in doc["vars"] if "train" in v)
     recipes = {p.stem: RunInputs.of(run_settings(load_run_config(p)), "train")
                for p in sorted((repo / "config" / "recipes" / "synth").glob("*.yaml"))}
     # every synth recipe on precomputed features has its stage (end to end, vse_inf_e2e, is trained by hand)
@@ -150,6 +151,5 @@ def test_dvc_train_stages_depend_on_what_their_recipes_read():
         assert Path(item["text"]) == text, name
     assert stages["synth-rrf"]["text"] == "features/synth/hglmm"  # the one recipe on precomputed caption features
     # and the stage that makes those features reads the captions only, as its Snakemake rules do
-    text_stage = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["text_features"]
-    data_deps = [d for d in text_stage["do"]["deps"] if d.startswith("data/")]
-    assert [d.replace("${item}", "synth") for d in data_deps] == [str(annotations)]
+    data_deps = [d for d in doc["stages"]["text_features"]["do"]["deps"] if d.startswith("data/")]
+    assert [d.replace("${item}", "synth") for d in data_deps] == [str(a) for a in recipes["rrf"].annotations]
