@@ -7,7 +7,6 @@ import csv
 import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -178,10 +177,11 @@ def toy_config(tmp_path: Path, recipes: tuple[str, ...] = ("a",)) -> Path:
 def xmr_env(**extra: str) -> dict[str, str]:
     """The environment of an ``xmr`` subprocess: this checkout's package first on the path (an inherited
     PYTHONPATH after it: packages copied to a machine that lacks them), one thread (2 shared cores), no fault
-    injection unless ``extra`` sets ``XMR_FAULT``."""
+    injection and no parent MLflow run unless ``extra`` sets ``XMR_FAULT`` or ``XMR_PARENT_RUN_ID``."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.pop("XMR_FAULT", None)
+    env.pop("XMR_PARENT_RUN_ID", None)  # a sweep this suite runs under is not the tests' commands' parent
     env.update(extra)
     return env
 
@@ -205,6 +205,25 @@ def run_xmr_process(*args, cwd: str | os.PathLike | None = None, env: dict[str, 
     a fresh interpreter imports, fault injection through the environment); ``env`` defaults to :func:`xmr_env`."""
     r = subprocess.run([sys.executable, "-m", "xmr", *map(str, args)], cwd=cwd, env=env or xmr_env(),
                        capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+def start_xmr_forked(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None):
+    """``xmr ARGS`` in its own process, forked from a server that has imported torch, MLflow and xmr once per
+    worker (tests/forked_xmr.py): for a command a test kills, or several at once, without each paying ~5 s of
+    imports. ``env`` (default :func:`xmr_env`) may differ from :func:`xmr_env` only in what a command reads as it
+    runs (``forked_xmr.RUNTIME_KEYS``). Returns a handle: ``poll()``, ``kill()``, ``wait(timeout)``."""
+    import forked_xmr
+
+    return forked_xmr.start(args, cwd, env or xmr_env(), server_env=xmr_env())
+
+
+def run_xmr_forked(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None,
+                   timeout: float = 600, check: bool = False) -> subprocess.CompletedProcess:
+    """:func:`start_xmr_forked`, waited for: what it printed and its exit status (negative: the killing signal)."""
+    r = start_xmr_forked(*args, cwd=cwd, env=env).wait(timeout)
     if check:
         assert r.returncode == 0, r.stdout + r.stderr
     return r
@@ -260,7 +279,7 @@ def imports_torch(modules: set[str]) -> bool:
 
 
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
-    """``xmr train``: with ``kill_after_first_epoch`` in a subprocess, SIGKILLed as soon as last.pt exists (returns
+    """``xmr train``: with ``kill_after_first_epoch`` in its own process (:func:`start_xmr_forked`), SIGKILLed as soon as last.pt exists (returns
     the exit code); else in this process (:func:`run_xmr_one_thread`), and it must finish (returns what it printed).
     Both sides run one torch thread, so a run resumed here continues a killed one bit for bit."""
     args = ["train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
@@ -268,15 +287,15 @@ def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
         r = run_xmr_one_thread(*args)
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout + r.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "xmr", *args], env=xmr_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = start_xmr_forked(*args)
     deadline = time.time() + 600
     while not (out / "last.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+        if proc.poll() is not None or time.time() > deadline:
+            r = proc.wait(0)
+            raise AssertionError(f"ended before its first checkpoint ({r.returncode}):\n{r.stdout}{r.stderr}")
         time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return proc.returncode
+    proc.kill()
+    return proc.wait().returncode
 
 
 def run_xmr_one_thread(*args, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
@@ -323,8 +342,8 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: collection_rank(Path(str(item.fspath))))
 
 
-#: GB free that a run needs under pytest's temporary folder: a full run held at most 1.3 GB there at once (session
-#: 16, sampled every 5 s), after a run that kept 3.1 GB to its end had filled CI's disk; XMR_TEST_DISK_GB overrides
+#: GB free that a run needs under pytest's temporary folder: a full run held at most 1.3 GB there at once
+#: (sampled every 5 s), after a run that kept 3.1 GB to its end had filled CI's disk; XMR_TEST_DISK_GB overrides
 TEST_DISK_GB = 2.0
 
 

@@ -2,14 +2,12 @@
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
 
-from conftest import run_xmr, run_xmr_one_thread, tiny_extraction_config
+from conftest import run_xmr, run_xmr_one_thread, start_xmr_forked, tiny_extraction_config
 from xmr.config.loader import load_backbone_config, load_dataset_config
 from xmr.data import load_split
 from xmr.features.extract import extract_features
@@ -27,22 +25,20 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     cfg_dir = _setup(tmp_path)
     out = tmp_path / "features" / "train.h5"
     parts = out.with_name("train.h5.parts")
-    cmd = [sys.executable, "-m", "xmr", "extract", "--dataset", "synth", "--backbone", "eff", "--split", "train",
-           "--out", str(out), "--config-dir", str(cfg_dir), "--workers", "0", "--no-progress"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    args = ["extract", "--dataset", "synth", "--backbone", "eff", "--split", "train", "--out", str(out),
+            "--config-dir", str(cfg_dir), "--workers", "0", "--no-progress"]
 
     def shards():
         return sorted(p.name for p in parts.glob("[0-9]*.npz")) if parts.exists() else []
 
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = start_xmr_forked(*args)  # its own process, one torch thread (conftest.xmr_env)
     deadline = time.time() + 180
     while len(shards()) < 2 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGSTOP)  # freeze first, so the count below is what the kill interrupts
     done_before = shards()
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    assert proc.wait().returncode == -signal.SIGKILL
     assert not out.exists() and 2 <= len(done_before) < N_IMAGES // BATCH, done_before
     # what a kill inside a shard write leaves: atomic_path's hidden temporary file (never a shard)
     (parts / f".{N_IMAGES - BATCH:09d}.npz.torn.npz").write_bytes(b"half a shard")
@@ -55,7 +51,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
         np.savez(f, **arrays)
     marked_rows = arrays["rows"]
 
-    resumed = run_xmr_one_thread(*cmd[3:])  # the rerun, in this process at the killed one's single thread
+    resumed = run_xmr_one_thread(*args)  # the rerun, in this process at the killed one's single thread
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert not parts.exists()
 

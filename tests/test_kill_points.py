@@ -21,16 +21,16 @@ import torch
 
 from xmr.core.io import load_checkpoint
 
-from conftest import run_xmr_one_thread, run_xmr_process, xmr_env
+from conftest import run_xmr_forked, run_xmr_one_thread, xmr_env
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _xmr(args: list[str], fault: str | None = None) -> subprocess.CompletedProcess:
-    """With ``fault``: a subprocess that kills itself there (one torch thread, :func:`xmr_env`); without: the
+    """With ``fault``: its own process, which kills itself there (one torch thread, :func:`xmr_env`); without: the
     reference and the rerun, in this process at one torch thread too (the rerun continues the killed run's files)."""
     if fault:
-        return run_xmr_process(*args, env=xmr_env(XMR_FAULT=fault))
+        return run_xmr_forked(*args, env=xmr_env(XMR_FAULT=fault))
     return run_xmr_one_thread(*args)
 
 

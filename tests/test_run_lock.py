@@ -15,7 +15,7 @@ import pytest
 from xmr.core.errors import XmrError
 from xmr.run.lock import HELD_ENV, LOCK_NAME, RunLock, launcher_run_lock, process_run_lock, read_holder
 
-from conftest import xmr_env
+from conftest import run_xmr_forked, xmr_env
 
 HOLD = ("import sys, time; from xmr.run.lock import RunLock; RunLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)")
@@ -35,8 +35,7 @@ def holder(tmp_path):
 def test_second_train_on_a_live_run_exits_in_one_line_naming_the_holder(holder, tiny_synth):
     run, proc = holder
     recipe = tiny_synth.recipe("vsepp", name="vsepp_locked")
-    out = subprocess.run([sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir", str(run),
-                          "--no-progress"], env=xmr_env(), capture_output=True, text=True, timeout=300)
+    out = run_xmr_forked("train", "--config", recipe, "--out-dir", run, "--no-progress", timeout=300)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr

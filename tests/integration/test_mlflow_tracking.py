@@ -23,6 +23,8 @@ from xmr.run.results import evaluate_run, write_results
 from xmr.train.trainer import train
 from xmr.inference.model import score_split
 
+from conftest import run_xmr, start_xmr_forked, xmr_env
+
 from .helpers import REPO, stop_group
 
 pytestmark = pytest.mark.integration
@@ -122,8 +124,6 @@ def test_run_carries_provenance_and_table_rebuilds_from_mlflow_alone(tiny_synth,
 def test_training_into_a_deleted_experiment_is_one_line_whose_command_restores_it(tiny_synth, tmp_path, store):
     # MLflow refuses runs in a deleted experiment; the error names it and the command that restores it, which works
     # as printed (run from any folder), and the next training then lands in the restored experiment
-    from conftest import run_xmr
-
     recipe = tiny_synth.recipe("vsepp", name="vsepp_del", tracking={"enabled": True})
     from xmr.run.tracking import experiment_id
 
@@ -194,15 +194,12 @@ def test_sweep_of_two_concurrent_trainings_nests_under_a_parent(tiny_synth, tmp_
 
     exp_id = prepare_store("xmr/synth", store)
     parent = client.create_run(exp_id, run_name="lr_sweep").info.run_id
-    env = dict(os.environ, MLFLOW_TRACKING_URI=store, XMR_PARENT_RUN_ID=parent, MLFLOW_ENABLE_TELEMETRY="false",
-               OMP_NUM_THREADS="1")
     lrs = ("0.001", "0.0001")
-    procs = [subprocess.Popen([sys.executable, "-m", "xmr", "train", "--config", str(recipe), "--out-dir",
-                               str(tmp_path / f"lr{lr}"), "--set", f"optim.lr={lr}", f"tracking.run_name=lr{lr}",
-                               "--no-progress"], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True) for lr in lrs]
-    outs = finish(procs, timeout=600)
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outs)
+    procs = [start_xmr_forked("train", "--config", recipe, "--out-dir", tmp_path / f"lr{lr}", "--set",
+                              f"optim.lr={lr}", f"tracking.run_name=lr{lr}", "--no-progress", cwd=REPO,
+                              env=xmr_env(MLFLOW_TRACKING_URI=store, XMR_PARENT_RUN_ID=parent)) for lr in lrs]
+    done = [p.wait(timeout=600) for p in procs]
+    assert [r.returncode for r in done] == [0, 0], "\n".join((r.stdout + r.stderr)[-2000:] for r in done)
     client.set_terminated(parent)
 
     children = client.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'")

@@ -1,0 +1,122 @@
+"""``xmr ARGS`` in a process forked from a server that has already imported torch, MLflow and xmr.
+
+A test that kills an ``xmr`` process, or starts several at once, needs separate processes; each fresh interpreter
+spent about 5 s of CPU importing torch, ``torch._dynamo`` (which the optimizer's first step imports) and MLflow
+before its first line of work. This module starts one :mod:`multiprocessing` fork server per pytest worker, with
+those modules imported in the environment of :func:`conftest.xmr_env`, and forks each command from it: a real
+process (its own pid, files, locks and exit status; SIGKILL kills it alone) that runs ``xmr.cli.main(ARGS)`` and
+exits as the ``xmr`` entry point does (non-daemon threads joined, exit handlers run, streams flushed).
+
+Only variables that xmr and MLflow read when a command runs may differ from the server's environment
+(:data:`RUNTIME_KEYS`); anything read at import (thread counts, CPU pins, ``PYTHONPATH``, plugins) needs a fresh
+interpreter, ``conftest.run_xmr_process``. No pytest import here: the fork server imports this module.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: what the fork server imports once, so that no forked command imports it again
+PRELOAD = ["torch", "torch._dynamo", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "xmr.cli",
+           "xmr.train.trainer", "xmr.features.extract", "forked_xmr"]
+#: environment variables read when a command runs, never at import: a forked command may set them. Also the two
+#: that the test's process gains as it runs: pytest's name of the current test, MLflow's session id
+RUNTIME_KEYS = frozenset({"XMR_FAULT", "MLFLOW_TRACKING_URI", "XMR_PARENT_RUN_ID", "PYTEST_CURRENT_TEST",
+                          "_MLFLOW_TELEMETRY_SESSION_ID"})
+
+_server_env: dict[str, str] | None = None
+
+
+def _child(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+    """The forked process: stdout and stderr to files, then ``xmr ARGS`` as the entry point runs it."""
+    import atexit
+    import threading
+    import traceback
+
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    # as an interpreter writing to a pipe: stdout block-buffered, stderr line-buffered
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, buffering=1)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = ["xmr", *argv]
+    from xmr import cli
+
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse: --help (0), a usage error (2)
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught exception
+        traceback.print_exc()
+        rc = 1
+    threading._shutdown()  # what the interpreter does at exit, in its order
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
+class ForkedXmr:
+    """A running forked ``xmr`` command: :meth:`poll`, :meth:`kill`, :meth:`wait`."""
+
+    def __init__(self, argv: list[str], cwd: str, env: dict[str, str]) -> None:
+        self.argv = argv
+        self._dir = Path(tempfile.mkdtemp(prefix="xmr-forked-"))
+        self._out, self._err = self._dir / "stdout", self._dir / "stderr"
+        ctx = multiprocessing.get_context("forkserver")
+        self.process = ctx.Process(target=_child, args=(argv, cwd, env, str(self._out), str(self._err)))
+        self.process.start()
+        self.pid = self.process.pid
+
+    def poll(self) -> int | None:
+        """The exit status (negative: killed by that signal), None while it runs."""
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def wait(self, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Until it exits (killed after ``timeout`` seconds: an AssertionError); what it printed and its status."""
+        self.process.join(timeout)
+        timed_out = self.process.exitcode is None
+        if timed_out:
+            self.process.kill()
+            self.process.join()
+        out, err = (p.read_text(errors="replace") if p.exists() else "" for p in (self._out, self._err))
+        shutil.rmtree(self._dir, ignore_errors=True)
+        assert not timed_out, f"xmr {' '.join(self.argv)}: not done after {timeout} s\n{out[-2000:]}{err[-2000:]}"
+        return subprocess.CompletedProcess(["xmr", *self.argv], self.process.exitcode, out, err)
+
+
+def start(args, cwd: str | os.PathLike | None, env: dict[str, str], server_env: dict[str, str]) -> ForkedXmr:
+    """Fork ``xmr ARGS`` in ``cwd`` (default: this process's) with ``env``. The first call starts the fork server
+    with ``server_env``; ``env`` may differ from it only in :data:`RUNTIME_KEYS`."""
+    global _server_env
+    if _server_env is None:
+        multiprocessing.set_forkserver_preload(PRELOAD)
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(server_env)  # the server's environment, before it imports torch (threads, ISA)
+        try:
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        _server_env = dict(server_env)
+    differ = sorted(k for k in set(env) | set(_server_env) if env.get(k) != _server_env.get(k))
+    assert set(differ) <= RUNTIME_KEYS, f"{differ} are read at import: run this command in a fresh interpreter"
+    return ForkedXmr([str(a) for a in args], str(cwd or os.getcwd()), dict(env))
