@@ -213,8 +213,8 @@ def run_xmr_process(*args, cwd: str | os.PathLike | None = None, env: dict[str, 
 def start_xmr_forked(*args, cwd: str | os.PathLike | None = None, env: dict[str, str] | None = None):
     """``xmr ARGS`` in its own process, forked from a server that has imported torch, MLflow and xmr once per
     worker (tests/forked_xmr.py): for a command a test kills, or several at once, without each paying ~5 s of
-    imports. ``env`` (default :func:`xmr_env`) may differ from :func:`xmr_env` only in what a command reads as it
-    runs (``forked_xmr.RUNTIME_KEYS``). Returns a handle: ``poll()``, ``kill()``, ``wait(timeout)``."""
+    imports. ``env`` (default :func:`xmr_env`) may differ from :func:`xmr_env` in anything but what a process reads
+    as it starts (``forked_xmr.IMPORT_TIME``). Returns a handle: ``poll()``, ``kill()``, ``wait(timeout)``."""
     import forked_xmr
 
     return forked_xmr.start(args, cwd, env or xmr_env(), server_env=xmr_env())

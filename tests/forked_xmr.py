@@ -7,9 +7,9 @@ those modules imported in the environment of :func:`conftest.xmr_env`, and forks
 process (its own pid, files, locks and exit status; SIGKILL kills it alone) that runs ``xmr.cli.main(ARGS)`` and
 exits as the ``xmr`` entry point does (non-daemon threads joined, exit handlers run, streams flushed).
 
-Only variables that xmr and MLflow read when a command runs may differ from the server's environment
-(:data:`RUNTIME_KEYS`); anything read at import (thread counts, CPU pins, ``PYTHONPATH``, plugins) needs a fresh
-interpreter, ``conftest.run_xmr_process``. No pytest import here: the fork server imports this module.
+The environment of a forked command may differ from the server's, except in what is read as a process starts
+(:data:`IMPORT_TIME`: thread counts, CPU pins, ``PYTHONPATH``, plugins), which needs a fresh interpreter,
+``conftest.run_xmr_process``. No pytest import here: the fork server imports this module.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from pathlib import Path
 #: what the fork server imports once, so that no forked command imports it again
 PRELOAD = ["torch", "torch._dynamo", "mlflow", "mlflow.store.tracking.sqlalchemy_store", "xmr.cli",
            "xmr.train.trainer", "xmr.features.extract", "forked_xmr"]
-#: environment variables read when a command runs, never at import: a forked command may set them. Also the two
-#: that the test's process gains as it runs: pytest's name of the current test, MLflow's session id
-RUNTIME_KEYS = frozenset({"XMR_FAULT", "MLFLOW_TRACKING_URI", "XMR_PARENT_RUN_ID", "PYTEST_CURRENT_TEST",
-                          "_MLFLOW_TELEMETRY_SESSION_ID"})
+#: what torch, its math libraries, Python and xmr read as a process starts (thread counts, instruction sets, the
+#: module path, plugins): a forked command would not see a change to these, so it needs a fresh interpreter
+IMPORT_TIME = ("OMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "OPENBLAS_", "PYTHON", "LD_", "XMR_PLUGINS",
+               "XMR_PORTABLE_CPU", "XMR_NATIVE_CPU")
 
 _server_env: dict[str, str] | None = None
 
@@ -102,7 +102,7 @@ class ForkedXmr:
 
 def start(args, cwd: str | os.PathLike | None, env: dict[str, str], server_env: dict[str, str]) -> ForkedXmr:
     """Fork ``xmr ARGS`` in ``cwd`` (default: this process's) with ``env``. The first call starts the fork server
-    with ``server_env``; ``env`` may differ from it only in :data:`RUNTIME_KEYS`."""
+    with ``server_env``; ``env`` may differ from it in anything but :data:`IMPORT_TIME`."""
     global _server_env
     if _server_env is None:
         multiprocessing.set_forkserver_preload(PRELOAD)
@@ -117,6 +117,7 @@ def start(args, cwd: str | os.PathLike | None, env: dict[str, str], server_env: 
             os.environ.clear()
             os.environ.update(saved)
         _server_env = dict(server_env)
-    differ = sorted(k for k in set(env) | set(_server_env) if env.get(k) != _server_env.get(k))
-    assert set(differ) <= RUNTIME_KEYS, f"{differ} are read at import: run this command in a fresh interpreter"
+    differ = sorted(k for k in set(env) | set(_server_env) if env.get(k) != _server_env.get(k) and
+                    k.startswith(IMPORT_TIME))
+    assert not differ, f"{differ} are read as a process starts: run this command in a fresh interpreter"
     return ForkedXmr([str(a) for a in args], str(cwd or os.getcwd()), dict(env))
