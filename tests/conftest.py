@@ -279,8 +279,9 @@ def imports_torch(modules: set[str]) -> bool:
 
 
 def train_cli(recipe: Path, out: Path, kill_after_first_epoch: bool = False):
-    """``xmr train``: with ``kill_after_first_epoch`` in its own process (:func:`start_xmr_forked`), SIGKILLed as soon as last.pt exists (returns
-    the exit code); else in this process (:func:`run_xmr_one_thread`), and it must finish (returns what it printed).
+    """``xmr train``: with ``kill_after_first_epoch`` in its own process (:func:`start_xmr_forked`), SIGKILLed as
+    soon as last.pt exists (returns the exit code); else in this process (:func:`run_xmr_one_thread`), and it must
+    finish (returns what it printed).
     Both sides run one torch thread, so a run resumed here continues a killed one bit for bit."""
     args = ["train", "--config", str(recipe), "--out-dir", str(out), "--no-progress"]
     if not kill_after_first_epoch:
