@@ -234,9 +234,8 @@ def xmr_in_process(*args, cwd: str | os.PathLike | None = None) -> subprocess.Co
     (argparse's exits, a crash's traceback and status 1 as the interpreter would give them). What a command changes
     in the process (working folder, environment, torch's threads) is put back."""
     import io
-    import traceback
 
-    from xmr import cli
+    from forked_xmr import main_status
 
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
@@ -247,15 +246,7 @@ def xmr_in_process(*args, cwd: str | os.PathLike | None = None) -> subprocess.Co
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                rc = cli.main(argv)
-            except SystemExit as e:  # argparse: --help (0), a usage error (2)
-                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                if isinstance(e.code, str):
-                    print(e.code, file=sys.stderr)
-            except Exception:  # noqa: BLE001 - as the interpreter reports an uncaught exception
-                traceback.print_exc()
-                rc = 1
+            rc = main_status(argv)
     finally:
         os.chdir(here)
         os.environ.clear()

@@ -33,11 +33,28 @@ IMPORT_TIME = ("OMP_", "MKL_", "ATEN_", "ONEDNN_", "DNNL_", "OPENBLAS_", "PYTHON
 _server_env: dict[str, str] | None = None
 
 
+def main_status(argv: list[str]) -> int:
+    """``xmr.cli.main(ARGS)`` and the exit status the interpreter would give it: argparse's exits (``--help`` 0, a
+    usage error 2, its message on stderr), an uncaught exception's traceback on stderr and status 1."""
+    import traceback
+
+    from xmr import cli
+
+    try:
+        return cli.main(argv)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except Exception:  # noqa: BLE001 - as the interpreter reports an uncaught exception
+        traceback.print_exc()
+        return 1
+
+
 def _child(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
     """The forked process: stdout and stderr to files, then ``xmr ARGS`` as the entry point runs it."""
     import atexit
     import threading
-    import traceback
 
     for fd, path in ((1, out), (2, err)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -50,17 +67,7 @@ def _child(argv: list[str], cwd: str, env: dict[str, str], out: str, err: str) -
     os.environ.update(env)
     os.chdir(cwd)
     sys.argv = ["xmr", *argv]
-    from xmr import cli
-
-    try:
-        rc = cli.main(argv)
-    except SystemExit as e:  # argparse: --help (0), a usage error (2)
-        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - as the interpreter reports an uncaught exception
-        traceback.print_exc()
-        rc = 1
+    rc = main_status(argv)
     threading._shutdown()  # what the interpreter does at exit, in its order
     atexit._run_exitfuncs()
     sys.stdout.flush()
