@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,11 +22,18 @@ def test_a_forked_command_prints_and_exits_as_the_interpreter_does(tmp_path):
 
 
 def test_a_forked_command_is_its_own_process_and_dies_alone(tmp_path):
-    # `xmr synth` of many images: long enough to be killed while it runs
-    proc = start_xmr_forked("synth", "--out", tmp_path / "synth", "--set", "n_train=100000")
+    # `xmr synth` of many images in one process: killed once it has started writing (its temporary folder)
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = start_xmr_forked("synth", "--out", work / "synth", "--set", "n_train=100000")
     assert proc.pid != os.getpid()
+    deadline = time.time() + 120
+    while not any(work.iterdir()):
+        assert proc.poll() is None and time.time() < deadline, proc.wait(0)
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(60).returncode == -signal.SIGKILL
+    assert not (work / "synth").exists()  # stopped mid-way: the folder appears complete or not at all
 
 
 def test_an_environment_read_at_import_is_refused():
