@@ -1,5 +1,5 @@
 """``make demo`` on a fresh clone, timed by phase, its RSUMs checked against the README's table (not a test; figures
-go to docs/benchmarks.md "`make demo`"). On another kind of CPU the check is this one command:
+go to docs/speed.md "`make demo`"). On another kind of CPU the check is this one command:
 
     python3 benchmarks/bench_demo.py [--runs 1] [--keep] [--json out.json]
 
@@ -13,7 +13,7 @@ tolerance (8) of the README's table. Standard library only: it runs before any `
 ``--kernel-sets`` re-runs the demo in the same clone (its outputs removed by ``git clean``, ``.venv/`` kept) with
 torch's libraries pinned to the named instruction sets (``KERNEL_SETS``). Their RSUMs are runs of the same recipe
 that differ only in floating-point rounding, the thing that moves the table from one CPU to another: their spread
-measures how far apart CPUs print, though no pin reproduces a given CPU's table (docs/benchmarks.md, "The table on
+measures how far apart CPUs print, though no pin reproduces a given CPU's table (docs/speed.md, "The table on
 another CPU"). The pipeline's time target applies to the ``native`` set only.
 """
 

@@ -1,4 +1,4 @@
-"""Benchmark of the evaluation engine at DVSE's COCO-5K shape (not a test; figures go to docs/benchmarks.md).
+"""Benchmark of the evaluation engine at DVSE's COCO-5K shape (not a test; figures go to docs/speed.md).
 
 5000 images x K=6 sub-embeddings x 1024-d against 25,000 captions x 1024-d (``--scale`` shrinks N and M together).
 Measured in one run on the same data:

@@ -1,5 +1,5 @@
 """Benchmark of evaluation from the command line, end to end, against the bare NumPy GEMM (not a test; figures go
-to docs/benchmarks.md).
+to docs/speed.md).
 
 DVSE's COCO-5K shape by default: 5000 images x K=6 sub-embeddings x 1024-d against 25,000 captions x 1024-d,
 max over the set, coco5k with FR (``--scale`` shrinks N and M together). The embeddings are written to .npy files
@@ -23,7 +23,7 @@ first (not timed), then, on the same files:
 With ``--floor`` each pair also runs the command's computation in NumPy alone, in a fresh process that never
 imports torch (unit-normalise, the GEMM in blocks, the max over K, FR with the COCO scales, pessimistic ranks,
 RSUM): the floor of what a torch-free CPU path of ``xmr evaluate`` could take, for the planning decision that
-the Intel figure (docs/benchmarks.md). Its RSUM is checked against the CLI's (the same formula, computed apart).
+the Intel figure (docs/speed.md). Its RSUM is checked against the CLI's (the same formula, computed apart).
 
 ``--only-pairs`` skips 1-4 (the short form for a time-boxed run); ``--profile`` also runs the
 default CLI once under cProfile and prints its 25 costliest functions by own time.

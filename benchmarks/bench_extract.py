@@ -1,4 +1,4 @@
-"""Benchmark of feature extraction throughput (not a test; figures go to docs/benchmarks.md "Feature extraction").
+"""Benchmark of feature extraction throughput (not a test; figures go to docs/speed.md "Feature extraction").
 
 Measures, on the same machine, backbone and batch size:
 

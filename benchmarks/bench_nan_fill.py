@@ -1,5 +1,5 @@
 """What deterministic mode's NaN fill costs a training run, and that it changes no result (not a test; figures go
-to docs/benchmarks.md).
+to docs/speed.md).
 
 With ``train.deterministic: true`` (every recipe) torch can fill every new tensor with NaN before use
 (``torch.utils.deterministic.fill_uninitialized_memory``), a guard against kernels that read memory they never

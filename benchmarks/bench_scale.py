@@ -1,4 +1,4 @@
-"""COCO-shape rehearsal of the training data path (not a test; figures go to docs/benchmarks.md "COCO-scale").
+"""COCO-shape rehearsal of the training data path (not a test; figures go to docs/speed.md "COCO-scale").
 
 Writes (or reuses) a ``coco_rehearsal.py`` folder at ``--scale`` and measures, through xmr's own reader and
 loader (``load_split`` on the Karpathy JSON, ``FeatureFile``, ``PairDataset`` + ``PairCollate`` in a shuffled

@@ -1,4 +1,4 @@
-"""Benchmark of ``xmr search`` start to finish (not a test; figures go to docs/benchmarks.md).
+"""Benchmark of ``xmr search`` start to finish (not a test; figures go to docs/speed.md).
 
 On a trained run (default: the demo's ``runs/synth/dvse_demo``, from ``make demo``), each a fresh process:
 

@@ -1,5 +1,5 @@
 """Where ``make test`` spends its CPU: each Python process's CPU time, grouped by what it runs (not a test; figures
-go to docs/benchmarks.md "`make test`", "Where the CPU goes"):
+go to docs/speed.md "`make test`", "Where the CPU goes"):
 
     python3 benchmarks/bench_test_cpu.py [--clone DIR] [--keep] [--json out.json]
     python3 benchmarks/bench_test_cpu.py --log cpu_by_process.tsv      # the table of a log already written

@@ -1,4 +1,4 @@
-"""Training-throughput benchmark of VSE∞ (not a test; figures go to docs/benchmarks.md "Training throughput").
+"""Training-throughput benchmark of VSE∞ (not a test; figures go to docs/speed.md "Training throughput").
 
 Samples/s of one VSE∞ training step on precomputed 36 x 2048 region features with a BiGRU text encoder,
 batch 128, against a straightforward step written the way the reference code (woodfrog/vse_infty, ``bigru``

@@ -1,4 +1,4 @@
-"""CPU vs GPU agreement of the evaluation engine (not a test: CI has no GPU; results go to docs/benchmarks.md).
+"""CPU vs GPU agreement of the evaluation engine (not a test: CI has no GPU; results go to docs/speed.md).
 
 Runs GPO pooling (whose device path differs from the CPU's), every similarity measure, and every re-ranker under
 the plain, coco1k, coco5k and cub protocols once on the CPU and once on ``--device``, on the same seeded inputs,

@@ -1,5 +1,5 @@
 """Whether two versions of xmr train alike, bit for bit (not a test: a refactor's proof; results go to
-docs/benchmarks.md).
+docs/speed.md).
 
 On a toy synth set built here (48 training images at 64 px, EfficientNet-Lite0 grid features), each recipe is
 trained for ``--epochs`` through ``xmr train`` and scored through ``xmr score``, once with this checkout's package

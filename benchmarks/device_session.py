@@ -6,7 +6,7 @@ Not a test (CI has no GPU). Its lanes run side by side, each on its own CPUs, so
 - ``demo`` (CPUs 0-1): the jobs of ``make demo`` (`snakemake --cores 2 results/synth/dvse_demo.json
   results/synth/dvse_demo_fr.json`), run in the order snakemake runs them, with MLflow tracking off (MLflow and
   snakemake need not be installed there); the same lane on this machine gives the comparison
-  (here it times within the VM's drift of `make demo`: docs/benchmarks.md).
+  (here it times within the VM's drift of `make demo`: docs/speed.md).
   The DVSE recipe initialises its words from GloVe, whose 80 MB package does not fit either: ``--glove-stand-in
   DIR`` (here, after a demo) writes a package of the same name holding only the synth captions' words, in the
   file's order, so the demo reads the same vectors; copy DIR there and put it on PYTHONPATH.

@@ -178,7 +178,7 @@ def test_evaluate_embeddings_bad_input_one_line(tmp_path, capsys, inputs, messag
                                     ["--images", "I0", "--captions", "C", "--measure", "cosine"],
                                     ["--sims", "S", "--rerank", "fr", "--ties", "index"]])
 def test_evaluate_numpy_files_never_import_torch(tmp_path, inputs):
-    """torch's import is 1.5 s of a COCO-5K evaluation on the AMD VM and 2.1 s on the Intel one (docs/benchmarks.md):
+    """torch's import is 1.5 s of a COCO-5K evaluation on the AMD VM and 2.1 s on the Intel one (docs/speed.md):
     the documented command's NumPy files stay in NumPy from the similarity blocks to the ranks."""
     rng = np.random.default_rng(4)
     imgs = rng.standard_normal((6, 3, 8)).astype(np.float32)

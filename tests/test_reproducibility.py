@@ -47,7 +47,7 @@ def test_the_cli_pins_openblas_before_numpy_loads_it_when_asked():
         assert out.strip() == want
 
 
-#: how far other kernels may move this tiny run (docs/benchmarks.md, "CPU kernels: the decision": 2.5 RSUM between two
+#: how far other kernels may move this tiny run (docs/speed.md, "CPU kernels: the decision": 2.5 RSUM between two
 #: CPUs on an earlier demo recipe); the README's demo tolerance, 8, is the current recipe's gap across three CPU kinds
 CROSS_CPU_RSUM_TOLERANCE = 3.0
 

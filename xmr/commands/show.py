@@ -19,7 +19,7 @@ def add_arguments(p):
                         "what `make demo` checks); a row further than --rsum-tolerance is an error")
     p.add_argument("--rsum-tolerance", type=float, default=8.0,
                    help="with --expect: how far an RSUM may be (default 8: the widest gap between the demo's tables "
-                        "under CPU kernel pins, docs/benchmarks.md \"The table on another CPU\")")
+                        "under CPU kernel pins, docs/speed.md \"The table on another CPU\")")
 
 
 def _is_results_file(path) -> bool:

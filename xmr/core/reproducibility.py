@@ -4,7 +4,7 @@ The default is the machine's own kernels: the fastest this CPU runs, and the sam
 every time. ``XMR_PORTABLE_CPU=1`` pins torch's kernels to AVX2 and OpenBLAS to Haswell's, which makes x86-64
 CPUs *of one vendor* agree bit for bit; it does not make an Intel and an AMD CPU agree (MKL takes other paths
 on each), and it costs up to 1.8x in evaluation on an AVX-512 Intel CPU. Figures and the decision:
-docs/benchmarks.md, "CPU kernels: the decision"."""
+docs/speed.md, "CPU kernels: the decision"."""
 
 from __future__ import annotations
 

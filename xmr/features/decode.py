@@ -2,7 +2,7 @@
 :func:`read_image`; shared by extraction and end-to-end training), and the two decoders of extraction: PIL in the
 DataLoader workers, or JPEG bytes decoded in batches on the device.
 
-On a GPU node, PIL decoding in the workers caps extraction at a few hundred images/s (docs/benchmarks.md) while
+On a GPU node, PIL decoding in the workers caps extraction at a few hundred images/s (docs/speed.md) while
 the backbone runs thousands. With ``decoder: device`` the workers only read the file's bytes and check its
 header; the main process decodes the batch with ``torchvision.io.decode_jpeg(..., device=...)`` (nvJPEG on
 CUDA) and resizes it there. Files the device decoder may reject go through PIL in the worker instead
@@ -109,7 +109,7 @@ _STANDALONE = {0x01, *range(0xD0, 0xD8)}  # TEM, RST0-7: markers without a lengt
 @contextmanager
 def _quiet_torchvision_io():
     """torchvision 0.29 warns on every decode that torchcodec will take over image decoding; the pinned
-    release still has it (docs/benchmarks.md notes the move)."""
+    release still has it (docs/speed.md notes the move)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
                                 category=DeprecationWarning)

@@ -125,7 +125,7 @@ def read_regions(feats: FeatureFile, indices: list[int], max_regions: int | None
     """Padded (B, r, F) features (zeros past each image's count) and (B,) region counts of the images
     ``indices``, r the batch's largest count: the same values as stacking :func:`_image_item` per image, in one
     store read. A float16 store stays float16 (:func:`image_input` converts after the copy to the device): the
-    per-image reads and the float32 conversion capped the loader at about 2,000 samples/s (docs/benchmarks.md)."""
+    per-image reads and the float32 conversion capped the loader at about 2,000 samples/s (docs/speed.md)."""
     idx = np.asarray(indices, dtype=np.int64)
     n = feats.num_regions[idx].astype(np.int64)
     if max_regions is not None:

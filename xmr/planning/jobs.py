@@ -69,7 +69,7 @@ def extract_workers(cpus: int) -> int:
     """Image-decoding processes of an extraction job with ``cpus`` CPUs: one fewer, since the main process needs
     a CPU to run the network (or to feed the GPU), and at most :data:`MAX_EXTRACT_WORKERS`. On one CPU that is 0:
     decoding in the main process, which is faster than a worker competing with it for the same core
-    (docs/benchmarks.md "Feature extraction")."""
+    (docs/speed.md "Feature extraction")."""
     return min(max(int(cpus) - 1, 0), MAX_EXTRACT_WORKERS)
 
 

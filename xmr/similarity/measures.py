@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from xmr.core.errors import XmrError
-from xmr.core.lazy import is_tensor, torch  # NumPy inputs on the CPU never import torch (docs/benchmarks.md)
+from xmr.core.lazy import is_tensor, torch  # NumPy inputs on the CPU never import torch (docs/speed.md)
 from xmr.core.registry import Registry
 
 Reduce = Callable[..., "torch.Tensor"]
@@ -234,7 +234,7 @@ def _block(spec: SetMeasure, x: torch.Tensor, y: torch.Tensor, kw: dict,
     elif buffer.device.type == "cpu":
         # NumPy's BLAS for the block GEMM on the CPU: OpenBLAS picks its kernels for the CPU it finds, while
         # torch's MKL runs AVX2 code on AMD CPUs (a COCO-5K DVSE evaluation: 7.5 s vs 8.5 s of GEMM on an
-        # AVX-512 EPYC); the same library as the NumPy baseline of docs/benchmarks.md on any vendor
+        # AVX-512 EPYC); the same library as the NumPy baseline of docs/speed.md on any vendor
         flat = buffer[:n * k * m * l].view(n * k, m * l)
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported once, by compute_similarity
             np.matmul(x.detach().reshape(n * k, d).numpy(), y.detach().reshape(m * l, d).numpy().T,
