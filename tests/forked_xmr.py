@@ -94,6 +94,10 @@ class ForkedXmr:
     def kill(self) -> None:
         self.process.kill()
 
+    def terminate(self) -> None:
+        """SIGTERM, as Snakemake cancelling a job or SLURM's time limit sends it."""
+        self.process.terminate()
+
     def wait(self, timeout: float = 600) -> subprocess.CompletedProcess:
         """Until it exits (killed after ``timeout`` seconds: an AssertionError); what it printed and its status."""
         self.process.join(timeout)

@@ -467,3 +467,13 @@ def test_query_differences_add_up_to_the_metric_difference():
     assert sub.sum() == pytest.approx(rs("fr", im, cm) - rs("none", im, cm))
     r1 = query_differences(ranks, "fr", "none", metric="i2t_r1")
     assert r1.sum() == pytest.approx(100 * (np.mean(ranks["fr/i2t"] < 1) - np.mean(ranks["none/i2t"] < 1)))
+
+
+def test_validation_curves_say_mean_and_std_only_where_a_line_has_several_runs():
+    """A figure of one seed per line (a ladder, a quick study) does not claim a mean ± std over seeds."""
+    from xmr.studies.benchmark import validation_curves_label
+
+    one = {"vsepp": [[{"epoch": 1, "val_rsum": 100.0}]], "pvse": [[{"epoch": 1, "val_rsum": 90.0}]]}
+    assert validation_curves_label(one) == "validation RSUM (one run per line)"
+    one["vsepp"].append([{"epoch": 1, "val_rsum": 104.0}])  # a second seed of vsepp: its line is a mean
+    assert validation_curves_label(one) == "validation RSUM (mean ± std over seeds)"

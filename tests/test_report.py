@@ -308,7 +308,10 @@ def test_figures_are_logged_to_their_mlflow_runs(tmp_path, monkeypatch):
     log_report_to_mlflow(report, [page])
     client = tracker.mlflow.MlflowClient()
     assert [a.path for a in client.list_artifacts(run_id, "report")] == ["report/curves.png"]
-    exp = client.get_experiment_by_name("xmr/synth")
+    assert client.get_run(run_id).info.status == "FINISHED"  # the figure is added, the run is not reopened
+    exp = client.get_experiment_by_name("xmr/synth/reports")  # apart from the training runs of xmr/synth
+    assert client.search_runs([client.get_experiment_by_name("xmr/synth").experiment_id],
+                              "attributes.run_name = 'report'") == []
     runs = client.search_runs([exp.experiment_id], "attributes.run_name = 'report'")
     assert len(runs) == 1
     assert sorted(a.path for a in client.list_artifacts(runs[0].info.run_id, "report")) == [

@@ -2,14 +2,19 @@
 
 ``--no-progress`` removes only the bar: the per-epoch line (loss, validation RSUM, samples/s) and, every
 ``train.log_every_steps`` steps, a step line stay in the log. A training killed and resumed is one MLflow run,
-FINISHED, with each epoch's metrics once; a killed one that is started over is marked KILLED.
+FINISHED, with each epoch's metrics once; a killed one that is started over is marked KILLED, and one stopped by
+SIGTERM (Snakemake cancelling it, SLURM's time limit) marks itself KILLED as it stops. `xmr report`'s run lives in
+an experiment of its own, apart from the training runs.
 """
 
 import csv
+import shutil
 import signal
+import time
 
 import pytest
-from conftest import run_xmr, train_cli
+import yaml
+from conftest import run_xmr, start_xmr_forked, train_cli
 
 from xmr.core.progress import parse_line
 
@@ -88,6 +93,52 @@ def test_killed_training_started_over_is_marked_killed(tracked, tmp_path):
     status = {r.info.run_id: r.info.status for r in runs}
     assert len(status) == 2 and status.pop(killed_id) == "KILLED"
     assert list(status.values()) == ["FINISHED"]
+
+
+def test_sigterm_marks_the_run_killed_and_the_report_keeps_to_its_own_experiment(tiny_synth, tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # 50 epochs: still training when the signal comes, whatever the machine's speed
+    tiny_synth.recipe("vsepp", name="vsepp_term", train={"epochs": 50, "batch_size": 16},
+                      tracking={"enabled": True, "experiment": "xmr/synth"})
+    config = tmp_path / "config"
+    shutil.copytree(tiny_synth.config_dir, config)
+    out = tmp_path / "runs" / "synth" / "vsepp_term"
+    proc = start_xmr_forked("train", "--config", config / "recipes" / "synth" / "vsepp_term.yaml",
+                            "--out-dir", out, "--no-progress")
+    deadline = time.time() + 600
+    while not (out / "last.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.terminate()
+    r = proc.wait(120)
+    assert r.returncode == 128 + signal.SIGTERM and "xmr train: interrupted" in r.stderr, r.stdout + r.stderr
+    client, runs = _mlflow_runs(uri, "xmr/synth")
+    assert [(x.info.run_name, x.info.status) for x in runs] == [("vsepp_term", "KILLED")]
+    assert runs[0].info.end_time is not None
+
+    # the report of that dataset (its training curves): one `report` run, in xmr/synth/reports
+    (config / "report.yaml").write_text(yaml.safe_dump({"default": {
+        "methods": ["vsepp_term"], "rerank": ["none"], "experiments": [], "fr_grid": {"recipes": []},
+        "examples": {"recipe": None, "queries": 1, "top_k": 3, "seed": 0},
+        "subembeddings": {"recipes": [], "images": 1, "seed": 0}, "readme": [],
+        "results_page": {"path": "docs/results_{dataset}.md", "parts": []}, "doc_sections": {}, "curves": True,
+        "mlflow": True}}))
+    rep = run_xmr("report", "--dataset", "synth", "--out-dir", tmp_path / "reports", "--config-dir", config,
+                  "--runs-root", tmp_path / "runs", "--results-root", tmp_path / "results")
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "(experiment xmr/synth/reports, run 'report')" in rep.stdout
+    client, runs = _mlflow_runs(uri, "xmr/synth")
+    assert [(x.info.run_name, x.info.status) for x in runs] == [("vsepp_term", "KILLED")]
+    _, reports = _mlflow_runs(uri, "xmr/synth/reports")
+    assert [x.info.run_name for x in reports] == ["report"]
+    # where the UI shows each runs table (MLflow 3 opens on its GenAI pages otherwise)
+    ids = {e.name: e.experiment_id for e in client.search_experiments()}
+    shown = run_xmr("mlflow-server", "--print-command", "--backend-store-uri", uri, "--port", "5123")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[1] == "runs tables:" and sorted(lines[2:]) == [
+        f"  {name}: http://127.0.0.1:5123/#/experiments/{ids[name]}/runs?workflowType=machine_learning"
+        for name in ("xmr/synth", "xmr/synth/reports")]
 
 
 def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):

@@ -45,9 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except XmrError as e:
         print(f"xmr {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM while a run is tracked (xmr.run.tracking.Terminated)
         print(f"xmr {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + getattr(e, "signum", 2)  # the shell's status for death by that signal: 130 SIGINT, 143 SIGTERM
     return int(rc or 0)
 
 

@@ -18,7 +18,8 @@ def add_arguments(p):
     p.add_argument("--workers", type=int, default=None, help="server worker processes (mlflow's default if unset)")
     p.add_argument("--allowed-hosts", default=None,
                    help="Host header values to accept besides localhost and private IPs, e.g. login1.cluster.edu")
-    p.add_argument("--print-command", action="store_true", help="print the command and exit")
+    p.add_argument("--print-command", action="store_true",
+                   help="print the command and the runs table's address of each experiment in the store, and exit")
     p.add_argument("extra", nargs="*", metavar="-- MLFLOW_ARGS", help="more `mlflow server` options, after --")
 
 
@@ -41,6 +42,21 @@ def tracking_uri_for_jobs(host: str, port: int) -> str:
     return f"http://{name}:{port}"
 
 
+def runs_table_urls(uri: str, base: str) -> list[str]:
+    """The UI's runs table of each xmr experiment already in the store at ``uri``. MLflow 3 opens its GenAI pages
+    (traces) unless the address asks for model training (``workflowType=machine_learning``); it has no server
+    setting for the page it opens on (docs/tracking.md "The runs table")."""
+    import mlflow
+
+    from xmr.run.tracking import sqlite_path
+
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
+        return []
+    return [f"  {e.name}: {base}/#/experiments/{e.experiment_id}/runs?workflowType=machine_learning"
+            for e in mlflow.MlflowClient(uri).search_experiments() if e.name.startswith("xmr/")]
+
+
 def run(args):
     import os
     import sys
@@ -48,8 +64,10 @@ def run(args):
     from xmr.run.tracking import prepare_store
 
     cmd = server_command(args)
+    ui = tracking_uri_for_jobs(args.host, args.port)
     if args.print_command:
         print(" ".join(cmd))
+        print("\n".join(["runs tables:", *runs_table_urls(args.backend_store_uri, ui)]))
         return 0
     if args.host not in LOCAL_HOSTS:
         print(f"warning: serving on {args.host}:{args.port} without authentication; anyone who can reach it can "
@@ -60,4 +78,5 @@ def run(args):
     prepare_store(uri=args.backend_store_uri)  # migrate a new/old database once, before the workers start
     print(f"MLflow UI: http://{args.host}:{args.port}   jobs: "
           f"export MLFLOW_TRACKING_URI={tracking_uri_for_jobs(args.host, args.port)}", flush=True)
+    print("\n".join(["runs tables:", *runs_table_urls(args.backend_store_uri, ui)]), flush=True)
     os.execv(sys.executable, cmd)

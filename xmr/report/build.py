@@ -444,9 +444,10 @@ def render_html(report: Report) -> str:
 
 def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
     """Log each figure to the MLflow run of the run it was made from (``mlflow_run_id`` in its train.json), and the
-    report files plus every figure to a run named ``report`` in each dataset's experiment. Returns what was done."""
+    report files plus every figure to a run named ``report`` in the dataset's report experiment
+    (``xmr/{dataset}/reports``: the runs table of ``xmr/{dataset}`` lists training runs only). Returns what was done."""
     from xmr.run.config import load_saved_config
-    from xmr.run.tracking import Tracker
+    from xmr.run.tracking import REPORT_EXPERIMENT, Tracker
 
     done = []
     by_run: dict[Path, list[Path]] = {}
@@ -462,16 +463,16 @@ def log_report_to_mlflow(report: Report, files: list[Path]) -> list[str]:
         cfg = load_saved_config(run_dir) if (run_dir / "config.yaml").exists() else None
         if not info.get("mlflow_run_id") or (cfg is not None and not cfg["tracking"]["enabled"]):
             continue
-        try:
-            with tracker.run(info["experiment"], info.get("recipe", run_dir.name), run_id=info["mlflow_run_id"]):
-                for p in pngs:
-                    tracker.log_artifact(str(p), "report")
+        try:  # through the client, not by reopening the run: its status (FINISHED, KILLED) stays what it was
+            client = tracker.mlflow.MlflowClient(tracker.uri)
+            for p in pngs:
+                client.log_artifact(info["mlflow_run_id"], str(p), "report")
         except tracker.mlflow.exceptions.MlflowException as e:  # e.g. the run lives in another tracking store
             done.append(f"{run_dir}: MLflow run {info['mlflow_run_id']} not logged to ({str(e).splitlines()[0]})")
             continue
         done.append(f"{len(pngs)} figure(s) -> MLflow run {info['mlflow_run_id']} ({run_dir})")
     for ds in report.datasets:
-        experiment = f"xmr/{ds}"
+        experiment = REPORT_EXPERIMENT.format(dataset=ds)  # apart from the training runs of xmr/{ds}
         client = tracker.mlflow.MlflowClient()
         exp = client.get_experiment_by_name(experiment)
         existing = None

@@ -29,6 +29,8 @@ from xmr.core.errors import XmrError
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_ENV = "XMR_PARENT_RUN_ID"
+#: the experiment of `xmr report`'s runs (the report's files) for dataset D, apart from D's training runs
+REPORT_EXPERIMENT = "xmr/{dataset}/reports"
 # environment -> tag: where a run ran (SLURM job, DVC experiment), so an MLflow run leads back to its job log
 ENV_TAGS = {"SLURM_JOB_ID": "slurm_job_id", "DVC_EXP_NAME": "dvc_exp_name"}
 
@@ -238,6 +240,36 @@ def retry_locked(fn, *args, attempts: int = 8, first_wait: float = 0.2, **kwargs
             time.sleep(first_wait * 2 ** i * (1 + random.random()))
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received (Snakemake cancelling a job, SLURM's time limit, ``kill``), raised in the main thread like
+    Ctrl-C's KeyboardInterrupt, so that the run being tracked ends as ``KILLED`` instead of staying ``RUNNING``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` (main thread only: elsewhere Python allows no handler);
+    the previous handler comes back on leaving. SIGKILL cannot be caught: the next attempt settles that run."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class Tracker:
     """Thin wrapper so training code does not care whether tracking is on. Writes retry while a shared
     SQLite store is locked (:func:`retry_locked`)."""
@@ -310,7 +342,7 @@ class Tracker:
         parent_run_id = parent_run_id or os.environ.get(PARENT_ENV) or None
         if parent_run_id and not run_id:
             kwargs.update(nested=True, parent_run_id=parent_run_id)
-        with mlflow.start_run(**kwargs) as active:
+        with mlflow.start_run(**kwargs) as active, terminate_raises():
             self.run_id = active.info.run_id
             if id_file is not None:
                 from xmr.core.io import atomic_path
@@ -321,7 +353,11 @@ class Tracker:
                 mlflow.set_tags(environment_tags())
             if tags:
                 mlflow.set_tags({k: str(v) for k, v in tags.items()})
-            yield self
+            try:
+                yield self
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (terminate_raises): stopped, not failed
+                retry_locked(mlflow.end_run, "KILLED")
+                raise
 
     def log_params(self, params: dict) -> None:
         if self.enabled:

@@ -842,10 +842,17 @@ def plot_benchmark(bench: Benchmark, rows: list[dict], out_png: str | os.PathLik
     plt.close(fig)
 
 
+def validation_curves_label(histories: dict[str, list[list[dict[str, float]]]]) -> str:
+    """The y-axis of :func:`plot_validation_curves`: a mean ± std only where some line stands for several runs."""
+    runs = max((len(v) for v in histories.values()), default=0)
+    return "validation RSUM (mean ± std over seeds)" if runs > 1 else "validation RSUM (one run per line)"
+
+
 def plot_validation_curves(histories: dict[str, list[list[dict[str, float]]]], out_png: str | os.PathLike,
                            title: str) -> None:
     """Validation RSUM per epoch of each variant's seeds: the mean over the runs that reached an epoch, with a
-    ± std band where two or more did; a run that stopped earlier ends its contribution there."""
+    ± std band where two or more did; a run that stopped earlier ends its contribution there. The legend gives
+    each line's number of runs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -866,7 +873,7 @@ def plot_validation_curves(histories: dict[str, list[list[dict[str, float]]]], o
         line, = ax.plot(epochs, mean, marker=".", markersize=3, label=f"{name} ({len(runs)})")
         ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("validation RSUM (mean ± std over seeds)")
+    ax.set_ylabel(validation_curves_label(histories))
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, ncol=2)
@@ -924,4 +931,5 @@ def _csv(rows: list[dict]) -> str:
 
 
 __all__ = ["Benchmark", "benchmark_names", "load_benchmark", "benchmark_path", "gather", "summary_rows", "judge_claims", "compare",
-           "t_test", "holm", "verdict", "gather_training", "run_histories", "mean_std", "write_benchmark", "flat_metrics"]
+           "t_test", "holm", "verdict", "gather_training", "run_histories", "mean_std", "write_benchmark", "flat_metrics",
+           "validation_curves_label"]
