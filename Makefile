@@ -42,11 +42,11 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-# The seeded benchmarks on synth and the ladders (docs/benchmark.md), then the README and docs sections generated
-# from them and from the demo
+# The seeded benchmarks on synth and the ladders (docs/benchmark.md), then the docs sections generated from them and
+# the README's demo table
 benchmark: venv
 	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md results/synth/dvse_sets.md results/synth/baselines.md \
-		reports/synth/readme.md reports/synth/results_page.md reports/synth/readme_demo.md \
+		reports/synth/results_page.md reports/synth/readme_demo.md \
 		reports/synth/doc_ladders.md reports/synth/doc_dvse-sets.md reports/synth/doc_baselines.md
 
 # the inner loop: everything but the tests marked slow (the integration tests: SLURM, DVC, MLflow server, browser,
