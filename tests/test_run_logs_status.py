@@ -136,9 +136,28 @@ def test_sigterm_marks_the_run_killed_and_the_report_keeps_to_its_own_experiment
     shown = run_xmr("mlflow-server", "--print-command", "--backend-store-uri", uri, "--port", "5123")
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[1] == "runs tables:" and sorted(lines[2:]) == [
+    assert lines[1] == "runs tables:" and sorted(lines[2:]) == sorted(
         f"  {name}: http://127.0.0.1:5123/#/experiments/{ids[name]}/runs?workflowType=machine_learning"
-        for name in ("xmr/synth", "xmr/synth/reports")]
+        for name in ("xmr/synth", "xmr/synth/reports"))
+
+
+def test_an_interrupted_evaluation_leaves_its_training_run_as_it_was(tmp_path, monkeypatch):
+    """`xmr test` reopens the training's run to log the test metrics; stopped there, the run keeps its status (a
+    finished training stays FINISHED), while a training stopped the same way is KILLED."""
+    from xmr.run.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker(True)
+    with tracker.run("xmr/synth", "trained"):
+        finished = tracker.run_id
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.run("xmr/synth", "trained", run_id=finished):
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.run("xmr/synth", "stopped", id_file=tmp_path / "mlflow_run_id"):
+            raise KeyboardInterrupt
+    stopped = (tmp_path / "mlflow_run_id").read_text().strip()
+    assert (tracker.status(finished), tracker.status(stopped)) == ("FINISHED", "KILLED")
 
 
 def test_line_log_reports_progress_and_throughput_without_a_bar(capsys):

@@ -332,8 +332,11 @@ class Tracker:
             return
         mlflow = self.mlflow
         exp_id = None
-        if not (run_id and id_file is None and self._stored(run_id)):  # a plain reopen needs no experiment
+        reopen = bool(run_id) and id_file is None and self._stored(run_id)
+        if not reopen:  # a plain reopen needs no experiment
             exp_id = experiment_id(experiment, self.uri)  # named, never the active one: a run cannot land in Default
+        # a plain reopen (an evaluation logging to its training's run) that is interrupted gives the run back its status
+        before = self.status(run_id) if reopen else None
         if id_file is not None:
             id_file = Path(id_file)
             run_id = self.settle(id_file, run_id, resume)
@@ -356,7 +359,7 @@ class Tracker:
             try:
                 yield self
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (terminate_raises): stopped, not failed
-                retry_locked(mlflow.end_run, "KILLED")
+                retry_locked(mlflow.end_run, before if before in ("FINISHED", "FAILED", "KILLED") else "KILLED")
                 raise
 
     def log_params(self, params: dict) -> None:
