@@ -84,3 +84,14 @@ def test_bad_ensembles_fail_in_one_line(tmp_path, case, message):
     assert r.returncode != 0
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "runs" / "toy" / "e" / "test_sims.npy").exists()
+
+
+def test_doctor_reports_what_the_members_of_an_ensemble_need():
+    """`xmr doctor` (and the workflow's preflight) on an ensemble target: each member's pieces (DivE†, COCO)."""
+    from conftest import REPO
+
+    r = run_xmr("doctor", "coco", "dive_ensemble_fr", cwd=REPO)
+    assert "(recipe dive_ensemble, re-ranker fr)" in r.stdout, r.stdout + r.stderr
+    # the members' features (BUTD regions) and their word vectors, each listed once
+    assert r.stdout.count("features/coco/butd_r101_k36/test.h5") == 1
+    assert "glove.840B.300d.txt" in r.stdout

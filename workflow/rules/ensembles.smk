@@ -20,4 +20,4 @@ rule ensemble:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} ensemble --dataset {wildcards.dataset} --name {wildcards.ensemble} --matrix {wildcards.matrix}"
-        " > {log} 2>&1"
+        " --no-progress > {log} 2>&1"

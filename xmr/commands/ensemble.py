@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", nargs="+", type=float, metavar="W",
                    help="with --sims: one positive weight per matrix (default: equal)")
     p.add_argument("--out", metavar="M.npy", help="with --sims: the mean matrix (float32)")
+    p.add_argument("--no-progress", action="store_true", help="log lines instead of a progress bar")
     p.add_argument("--config-dir", default="config")
     p.add_argument("--runs-root", default="runs")
 
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> None:
             raise XmrError("give either --sims ... --out M.npy, or --dataset and --name, not both")
         if not args.out:
             raise XmrError("--sims needs --out M.npy (where the mean matrix goes)")
-        mean = mean_matrix(args.sims, args.out, args.weights)
+        mean = mean_matrix(args.sims, args.out, args.weights, progress=not args.no_progress)
         print(f"wrote {args.out}: mean of {len(args.sims)} matrices, shape {mean.shape[0]} x {mean.shape[1]}")
         return
     if not (args.dataset and args.name):
@@ -41,6 +42,6 @@ def run(args: argparse.Namespace) -> None:
     if args.weights or args.out:
         raise XmrError("--weights and --out go with --sims; an ensemble file holds its own weights")
     ens = load_ensemble(args.dataset, args.name, args.config_dir)
-    out = build_ensemble(ens, args.matrix, args.runs_root)
+    out = build_ensemble(ens, args.matrix, args.runs_root, progress=not args.no_progress)
     print(f"wrote {out}: mean of {', '.join(ens.members)}"
           + (f" (weights {', '.join(f'{w:g}' for w in ens.weights)})" if len(set(ens.weights)) > 1 else ""))

@@ -346,8 +346,10 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
 
     if is_ensemble(dataset, rep.recipe, config_dir):  # what each member's run needs
         for member in load_ensemble(dataset, rep.recipe, config_dir).members:
-            for n in doctor(dataset, member, config_dir).needs:
+            sub = doctor(dataset, member, config_dir)
+            for n in sub.needs:
                 rep.add(n.what, n.path, n.ok, n.fix, n.note, n.by_rule)
+            rep.cheaper += [c for c in sub.cheaper if c not in rep.cheaper]
         return rep
     cfg = load_run_config(recipe_path(dataset, rep.recipe, config_dir))
     _check_dataset(rep, ds, need_images=False)

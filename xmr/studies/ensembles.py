@@ -97,11 +97,13 @@ def load_ensemble(dataset: str, name: str, config_dir: str | os.PathLike = "conf
 
 
 def mean_matrix(paths: Sequence[str | os.PathLike], out: str | os.PathLike,
-                weights: Sequence[float] | None = None, block_rows: int = BLOCK_ROWS) -> np.ndarray:
+                weights: Sequence[float] | None = None, block_rows: int = BLOCK_ROWS,
+                progress: bool | None = None) -> np.ndarray:
     """``sum_i w_i S_i / sum_i w_i`` of the ``.npy`` matrices ``paths`` (equal weights by default), written to
     ``out`` (float32, atomically) and returned. Member by member, ``block_rows`` rows at a time from a
-    memory-mapped file, into one float32 accumulator."""
+    memory-mapped file, into one float32 accumulator; ``progress``: a bar over the members (False: log lines)."""
     from xmr.core.io import atomic_path, load_array
+    from xmr.core.progress import bar
 
     if len(paths) < 2:
         raise XmrError(f"an ensemble needs two matrices or more; got {len(paths)}")
@@ -109,16 +111,20 @@ def mean_matrix(paths: Sequence[str | os.PathLike], out: str | os.PathLike,
     if len(weights) != len(paths) or any(not w > 0 for w in weights):
         raise XmrError(f"weights {weights}: give one positive weight per matrix ({len(paths)})")
     total = sum(weights)
-    acc = None
-    for path, w in zip(paths, weights):
+    # every matrix's shape first (memory-mapped: its header only), so that a bad member fails before any work
+    shape = None
+    for path in paths:
         s = load_array(path, "similarity matrix", mmap=True)
         if s.ndim != 2:
             raise XmrError(f"{path}: expected a 2-D similarity matrix (images x captions); got shape {s.shape}")
-        if acc is None:
-            acc = np.zeros(s.shape, dtype=np.float32)
-        elif s.shape != acc.shape:
-            raise XmrError(f"{path}: shape {s.shape} differs from {paths[0]}'s {acc.shape}; an ensemble's members "
+        if shape is not None and s.shape != shape:
+            raise XmrError(f"{path}: shape {s.shape} differs from {paths[0]}'s {shape}; an ensemble's members "
                            f"must score the same test split")
+        shape = s.shape
+        del s
+    acc = np.zeros(shape, dtype=np.float32)
+    for path, w in bar(list(zip(paths, weights)), desc="ensemble", unit="matrix", progress=progress):
+        s = load_array(path, "similarity matrix", mmap=True)
         scale = np.float32(w / total)
         for start in range(0, s.shape[0], block_rows):
             block = np.asarray(s[start:start + block_rows], dtype=np.float32)
@@ -132,7 +138,8 @@ def mean_matrix(paths: Sequence[str | os.PathLike], out: str | os.PathLike,
     return acc
 
 
-def build_ensemble(ens: Ensemble, matrix: str = "test_sims", runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
+def build_ensemble(ens: Ensemble, matrix: str = "test_sims", runs_root: str | os.PathLike = RUNS_ROOT,
+                   progress: bool | None = None) -> Path:
     """Write ``runs/{dataset}/{name}/{matrix}.npy``, the mean of the members' ``{matrix}.npy``, with the run
     directory's ``config.yaml`` (the first member's, named after the ensemble: the dataset, protocols and
     re-ranker settings ``xmr test`` reads) and ``ensemble.json`` (members and weights). Returns the matrix file."""
@@ -156,7 +163,7 @@ def build_ensemble(ens: Ensemble, matrix: str = "test_sims", runs_root: str | os
             raise XmrError(f"{d}: member {m!r} was tested on another split than {ens.members[0]!r}")
     out_dir = RunKey.recipe(ens.dataset, ens.name).run_dir(runs_root)
     out = out_dir / f"{matrix}.npy"
-    mean_matrix(paths, out, ens.weights)
+    mean_matrix(paths, out, ens.weights, progress=progress)
     cfg["name"] = ens.name
     with atomic_path(out_dir / SAVED_CONFIG, ".yaml") as tmp:
         tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
