@@ -10,6 +10,8 @@ HELP = ("every table and figure of the seed papers: its targets, what they need,
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-root", default="results", help="where xmr's results files are (default: results)")
+    p.add_argument("--no-results", action="store_true",
+                   help="leave xmr's numbers out (the page as the repository ships it, docs/papers.md)")
     p.add_argument("--markdown-out", metavar="PAGE.md", help="write the map as a Markdown page (docs/papers.md)")
     p.add_argument("--check-against", metavar="DIR",
                    help="check the map against the papers' texts DIR/{paper}.txt: every table and figure a text "
@@ -26,6 +28,7 @@ def run(args: argparse.Namespace) -> int | None:
     from xmr.report.papers import check_against, load_paper_map, render_markdown, target_problems, write_markdown
 
     doc = load_paper_map(args.map)
+    results_root = None if args.no_results else args.results_root
     if args.check_against or args.check_targets:
         problems = (check_against(doc, args.check_against) if args.check_against else []) + \
             (target_problems(doc, args.config_dir) if args.check_targets else [])
@@ -40,8 +43,8 @@ def run(args: argparse.Namespace) -> int | None:
               + ("; every recipe, ensemble, experiment and script it names exists" if args.check_targets else ""))
         return None
     if args.markdown_out:
-        out = write_markdown(doc, args.markdown_out, args.results_root)
+        out = write_markdown(doc, args.markdown_out, results_root)
         print(f"wrote {out}")
         return None
-    print(render_markdown(doc, args.results_root), end="")
+    print(render_markdown(doc, results_root), end="")
     return None
