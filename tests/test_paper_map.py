@@ -86,6 +86,8 @@ def test_every_target_of_the_map_plans_with_one_dry_run_and_everything_it_names_
     assert p.returncode == 0, out[-3000:]
     for rule in ("rule ensemble:", "rule experiment_table:", "rule fr_grid:", "rule report:", "rule train:"):
         assert rule in out, rule
+    # RRF's Table 5.5 trains the four single models its three ensembles average, no ensemble of its own
+    assert "results/f30k/exp/rrf_ensemble_f30k/table.md implies 4 trainings" in out
 
 
 def test_docs_papers_page_is_the_generated_map(tmp_path):
