@@ -41,6 +41,9 @@ def _check(doc: Any, src: str) -> dict:
 
     if not isinstance(doc, dict) or not isinstance(doc.get("papers"), list):
         fail("papers", "expected a list of papers")
+    for i, run in enumerate(doc.get("checked") or []):
+        if not isinstance(run, dict) or set(run) != {"date", "commit", "machine", "result"}:
+            fail(f"checked[{i}]", "expected the keys date, commit, machine, result")
     for i, paper in enumerate(doc["papers"]):
         where = f"papers[{i}]"
         if not isinstance(paper, dict) or set(paper) != PAPER_KEYS:
@@ -262,6 +265,9 @@ def render_markdown(doc: dict, results_root: str | os.PathLike | None = "results
            "lacks, or lacks the words the map records; tests/test_paper_map.py runs it on a small sample text, "
            "plans every target with one `snakemake -n`, and checks that every recipe, ensemble, experiment and "
            "script the map names exists.", "",
+           "| checked against the papers' texts on | commit | machine | result |", "|---|---|---|---|",
+           *(f"| {c['date']} | {c['commit']} | {c['machine']} | {c['result']} |" for c in doc.get("checked") or []),
+           "",
            "| paper | items | rows | target | partial | missing |", "|---|---|---|---|---|---|"]
     for paper in doc["papers"]:
         mine = [r for r in rows if r["paper"] == paper["key"]]
