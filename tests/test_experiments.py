@@ -65,7 +65,7 @@ def test_repository_experiments_load_and_resolve():
         if exp.kind != "variants":
             continue
         for v in exp.variants:
-            cfg = resolve_variant(exp, v, "synth", REPO / "config")
+            cfg = resolve_variant(exp, v, exp.datasets[0], REPO / "config")  # the first dataset it is meant for
             for key, value in exp.overrides_of(v).items():
                 node = cfg
                 for part in key.split("."):

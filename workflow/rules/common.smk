@@ -6,7 +6,7 @@ from snakemake.utils import min_version
 from xmr.planning.doctor import workflow_preflight
 from xmr.run.tracking import warn_cluster_sqlite
 from xmr.planning.jobs import extract_workers, job_resource, train_job
-from xmr.run.layout import RUN_PATTERN, RunKey, recipe_path, result_pattern
+from xmr.run.layout import RunKey, recipe_path, result_pattern, run_pattern
 from xmr.planning.workflow_inputs import (after_failure, checkpoint_inputs, checkpoint_recipe_pattern,
                                           feature_dirs_pattern, precomputed_backbone_pattern, precomputed_import,
                                           parse_result, requested_target_error, rerank_inputs, rerank_options,
@@ -50,7 +50,7 @@ wildcard_constraints:
     target="[a-z0-9_]+",
     # one run key for every kind of run (xmr.run.layout.RunKey): {recipe}, exp/{experiment}/{variant},
     # bench/{bench}/{variant}/s{seed}; results files likewise (xmr.planning.workflow_inputs.parse_result)
-    run=RUN_PATTERN,
+    run=run_pattern(),
     result=result_pattern(),
     # the feature folders the recipes name (features.dir; default features/)
     fdir=feature_dirs_pattern(),

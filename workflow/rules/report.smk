@@ -6,7 +6,7 @@
 
 from pathlib import Path
 
-from xmr.planning.workflow_inputs import announce_trainings, planned_runs
+from xmr.planning.workflow_inputs import announce_trainings, checkpoint_recipes, planned_runs
 from xmr.report.settings import doc_section, readme_parts, report_methods, report_settings, results_page
 from xmr.studies.experiments import load_experiment
 
@@ -75,7 +75,8 @@ def report_inputs(wc):
     announce_trainings(f"reports/{wc.dataset}/report.html", planned_runs(wc.dataset, recipes, experiments))
     out = [f"results/{wc.dataset}/{r}.json" if rr == "none" else f"results/{wc.dataset}/{r}_{rr}.json"
            for r in recipes for rr in s["rerank"]]
-    out += [f"runs/{wc.dataset}/{r}/train.json" for r in recipes]
+    # an imported published checkpoint (rule import_checkpoint) has no training, hence no train.json
+    out += [f"runs/{wc.dataset}/{r}/train.json" for r in recipes if r not in checkpoint_recipes()]
     out += [f"results/{wc.dataset}/exp/{e}/table.md" for e in s["experiments"]
             if wc.dataset in load_experiment(e).datasets]
     out += [f"results/{wc.dataset}/fr_grid/{r}/{s['fr_grid']['split']}/fr_grid.json" for r in s["fr_grid"]["recipes"]

@@ -342,6 +342,15 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
         _check_tracking(rep, None)
         return rep
     rep.recipe, rep.reranker = parse_target(dataset, target_name(dataset, target), config_dir)
+    from xmr.studies.ensembles import is_ensemble, load_ensemble
+
+    if is_ensemble(dataset, rep.recipe, config_dir):  # what each member's run needs
+        for member in load_ensemble(dataset, rep.recipe, config_dir).members:
+            sub = doctor(dataset, member, config_dir)
+            for n in sub.needs:
+                rep.add(n.what, n.path, n.ok, n.fix, n.note, n.by_rule)
+            rep.cheaper += [c for c in sub.cheaper if c not in rep.cheaper]
+        return rep
     cfg = load_run_config(recipe_path(dataset, rep.recipe, config_dir))
     _check_dataset(rep, ds, need_images=False)
     info = recipe_features(dataset, rep.recipe, config_dir)

@@ -331,10 +331,19 @@ def planned_runs(dataset: str, recipes: list[str], experiments: list = (),
     """The run directories (one training each) behind ``recipes`` of ``dataset`` plus the variants of
     ``experiments`` (:class:`xmr.studies.experiments.Experiment`; a comparison of recipes trains the recipes
     themselves)."""
-    runs = {RunKey.recipe(dataset, r).run_dir(runs_root) for r in recipes}
+    from xmr.studies.ensembles import is_ensemble, load_ensemble
+
+    def trained(name: str) -> list[str]:  # an ensemble trains its members, not itself
+        return list(load_ensemble(dataset, name).members) if is_ensemble(dataset, name) else [name]
+
+    runs = {RunKey.recipe(dataset, m).run_dir(runs_root) for r in recipes for m in trained(r)}
     for exp in experiments:
         if dataset in exp.datasets:
-            runs.update(exp.run_dir(dataset, v, runs_root) for v in exp.variants_for(dataset))
+            if exp.recipe:
+                runs.update(exp.run_dir(dataset, v, runs_root) for v in exp.variants_for(dataset))
+            else:
+                runs.update(RunKey.recipe(dataset, m).run_dir(runs_root) for v in exp.variants_for(dataset)
+                            for m in trained(v))
     return sorted(runs)
 
 

@@ -93,6 +93,18 @@ _NAME = "[a-z0-9_]+"
 RUN_PATTERN = f"{_NAME}|exp/{_NAME}/{_NAME}|bench/{_NAME}/{_NAME}/s[0-9]+"
 
 
+def run_pattern(config_dir: str | Path = "config") -> str:
+    """:data:`RUN_PATTERN` less the ensembles' names (``config/ensembles/*/{name}.yaml``): an ensemble's run
+    directory is written by rule ``ensemble``, never trained or scored."""
+    import re
+
+    names = sorted({p.stem for p in (Path(config_dir) / "ensembles").glob("*/*.yaml")})
+    if not names:
+        return RUN_PATTERN
+    # not followed by a name character, rather than `$`: Snakemake matches the pattern inside the whole path
+    return f"(?!(?:{'|'.join(re.escape(n) for n in names)})(?![a-z0-9_])){RUN_PATTERN}"
+
+
 def split_results_target(target: str | os.PathLike, results_root: str | os.PathLike = RESULTS_ROOT
                          ) -> tuple[str, str] | None:
     """``results/{dataset}/{result}.json`` -> (dataset, result); None for any other path."""
@@ -194,16 +206,25 @@ def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -
     """``results/{dataset}/{target}.json`` -> (recipe, reranker): ``dvse_fr`` is recipe ``dvse`` + FR unless a
     recipe file is literally called ``dvse_fr``."""
     recipes = Path(config_dir) / "recipes" / dataset
-    if (recipes / f"{target}.yaml").exists():
+    # an ensemble (config/ensembles/{dataset}/{name}.yaml, xmr.studies.ensembles) is a target like a recipe
+    ensembles = Path(config_dir) / "ensembles" / dataset
+
+    def named(name: str) -> bool:
+        return (recipes / f"{name}.yaml").exists() or (ensembles / f"{name}.yaml").exists()
+
+    if named(target):
         return target, None
     rerankers = reranker_names()
     for suffix in sorted(rerankers, key=len, reverse=True):  # the longest first: dvse_fr_val is dvse + fr_val
         base = target[:-len(suffix) - 1]
-        if target.endswith(f"_{suffix}") and (recipes / f"{base}.yaml").exists():
+        if target.endswith(f"_{suffix}") and named(base):
             return base, suffix
     known = sorted(p.stem for p in recipes.glob("*.yaml"))
+    ens = sorted(p.stem for p in ensembles.glob("*.yaml"))
     raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {recipes / (target + '.yaml')} "
-                   f"(recipes for {dataset}: {', '.join(known) or 'none'}; re-ranker suffixes: {', '.join(rerankers)})")
+                   f"(recipes for {dataset}: {', '.join(known) or 'none'}"
+                   + (f"; ensembles: {', '.join(ens)}" if ens else "")
+                   + f"; re-ranker suffixes: {', '.join(rerankers)})")
 
 
 def recipe_path(dataset: str, recipe: str, config_dir: str | Path = "config") -> str:

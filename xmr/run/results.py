@@ -110,6 +110,9 @@ def _validation_scale(rerank: str, train_info: dict, run_dir: Path) -> dict[str,
     if "val_std" not in RERANKERS.get(rerank).defaults:
         return {}
     stats = train_info.get("val_similarity")
+    if not stats and (run_dir / "ensemble.json").exists():  # xmr.studies.ensembles: no training, no validation
+        raise XmrError(f"{run_dir}: an ensemble has no validation similarity statistics, which re-ranker "
+                       f"{rerank!r} rescales with; evaluate the ensemble with another re-ranker")
     if not stats:
         raise XmrError(f"{run_dir / 'train.json'}: no val_similarity (the validation similarity statistics that "
                        f"re-ranker {rerank!r} rescales with); retrain the run with this version")

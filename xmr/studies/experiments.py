@@ -133,11 +133,14 @@ class Experiment:
 
     def variants_for(self, dataset: str, config_dir: str | os.PathLike | None = None) -> list[str]:
         """Variants that exist on ``dataset``: all of them for a sweep; for a comparison of recipes, the recipes
-        with a file ``config/recipes/{dataset}/{recipe}.yaml`` (the others are left out of its table)."""
+        with a file ``config/recipes/{dataset}/{recipe}.yaml`` or ``config/ensembles/{dataset}/{recipe}.yaml`` (the
+        others are left out of its table)."""
         if self.recipe:
             return list(self.variants)
         cdir = Path(config_dir or self.config_dir)
-        return [v for v in self.variants if (cdir / "recipes" / dataset / f"{v}.yaml").exists()]
+        # a recipe, or an ensemble of recipes (config/ensembles/, xmr.studies.ensembles): the same kind of target
+        return [v for v in self.variants if (cdir / "recipes" / dataset / f"{v}.yaml").exists()
+                or (cdir / "ensembles" / dataset / f"{v}.yaml").exists()]
 
     def targets(self, dataset: str, results_root: str | os.PathLike = RESULTS_ROOT,
                 config_dir: str | os.PathLike | None = None) -> list[tuple[str, str, Path]]:
