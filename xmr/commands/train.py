@@ -91,7 +91,7 @@ def _config(args) -> dict:
         from xmr.studies.experiments import load_experiment, resolve_variant
 
         return resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
-    return load_run_config(args.config, args.set)
+    return load_run_config(args.config, user_set=args.set)
 
 
 def check_inputs(cfg: dict) -> None:

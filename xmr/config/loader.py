@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from xmr.core.errors import XmrError
+from xmr.core.errors import XmrError, shown_path
 
 
 #: libyaml's safe loader where PyYAML was built with it: the same safe constructors (only the scanner and parser are C),
@@ -214,13 +214,20 @@ def find_config_dir(start: Path) -> Path:
 
 
 def load_dataset_config(name_or_path: str, config_dir: str | os.PathLike = "config") -> dict:
+    """``config_dir/datasets/NAME.yaml`` (or a YAML file's path), validated; its ``name:`` must be its file's name,
+    which is how every command, target and suggested fix finds it again."""
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
         p = Path(config_dir) / "datasets" / f"{name_or_path}.yaml"
+    p = Path(shown_path(p))
     if not p.exists():
         avail = sorted(x.stem for x in (Path(config_dir) / "datasets").glob("*.yaml"))
-        raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail)}")
-    return check_dataset_config(validate(_load_with_extends(p), "dataset", str(p)), str(p))
+        raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail) or 'none'}")
+    cfg = check_dataset_config(validate(_load_with_extends(p), "dataset", str(p)), str(p))
+    if cfg["name"] != p.stem:
+        raise XmrError(f"{p}: name: {cfg['name']} differs from the file's name; set name: {p.stem} (or rename the "
+                       f"file to {cfg['name']}{p.suffix}, and the recipes' dataset: to {cfg['name']})")
+    return cfg
 
 
 def check_dataset_config(cfg: dict, src: str) -> dict:

@@ -1,0 +1,101 @@
+"""The first commands a newcomer types, and the mistakes they make there, as the user types them (``run_xmr``):
+each mistake is one line naming what the user gave (``--set``, the choice, the file whose ``name:`` is wrong), in
+one path style, and an output folder that did not exist is said to have been made."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import yaml
+
+from conftest import REPO, run_xmr
+
+
+def _one_line_error(r: subprocess.CompletedProcess, command: str) -> str:
+    """The command failed with exactly one line on stderr, naming itself, and no traceback or usage text."""
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr and "usage:" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"xmr {command}: error: "), lines[0]
+    return lines[0].removeprefix(f"xmr {command}: error: ")
+
+
+# -- --set, choices, --out ----------------------------------------------------------------------------------------
+
+def test_a_misspelt_set_key_is_blamed_on_set_not_on_the_recipe(tmp_path):
+    r = run_xmr("train", "--run", "runs/synth/vsepp", "--set", "train.epochs=2", "optim.lrr=1e-4", cwd=REPO)
+    assert _one_line_error(r, "train") == "--set optim.lrr=1e-4: unknown key 'optim.lrr'; did you mean: lr?"
+    r = run_xmr("train", "--run", "runs/synth/vsepp", "--set", "train.epochs=two", cwd=REPO)
+    assert _one_line_error(r, "train") == "--set train.epochs=two: train.epochs: 'two' is not of type 'integer'"
+    # the recipe's own mistake is still the recipe's, --set or not
+    recipe = tmp_path / "config" / "recipes" / "synth" / "typo.yaml"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text(f"extends: {REPO / 'config/recipes/synth/vsepp.yaml'}\nmodel: {{embed_dimm: 8}}\n")
+    r = run_xmr("train", "--config", "config/recipes/synth/typo.yaml", "--out-dir", "o", "--set", "train.epochs=1",
+                cwd=tmp_path)
+    assert _one_line_error(r, "train") == ("config/recipes/synth/typo.yaml: unknown key 'model.embed_dimm'; "
+                                           "did you mean: embed_dim?")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_misspelt_choice_or_option_is_one_line_pointing_to_help(tmp_path):
+    r = run_xmr("evaluate", "--sims", "S.npy", "--protocol", "coco6k", "--out", "M.json", cwd=tmp_path)
+    assert _one_line_error(r, "evaluate") == (
+        "argument --protocol: invalid choice: 'coco6k' (choose from 'coco1k', 'coco5k', 'f30k', 'plain', 'cub'); "
+        "see xmr evaluate --help")
+    r = run_xmr("show", "--bogus", "x.json", cwd=tmp_path)  # named by the command it was given to
+    assert _one_line_error(r, "show") == "unrecognized arguments: --bogus; see xmr show --help"
+    assert run_xmr("--help").returncode == 0
+
+
+def test_an_output_folder_that_did_not_exist_is_made_and_said(tmp_path):
+    # image 0's captions are 0-4, image 1's 5-9; each image ranks its own first caption first (i2t R@1 100)
+    sims = np.zeros((2, 10), np.float32)
+    sims[0, 0] = sims[1, 5] = 1
+    np.save(tmp_path / "S.npy", sims)
+    out = tmp_path / "new" / "sub" / "M.json"  # given absolute, shown relative to the working folder
+    r = run_xmr("evaluate", "--sims", "S.npy", "--out", out, cwd=tmp_path, check=True)
+    assert r.stderr.splitlines() == ["xmr evaluate: made the folder new/sub/ for --out (it did not exist)"]
+    assert json.loads(out.read_text())["i2t"]["r1"] == 100.0
+    r = run_xmr("evaluate", "--sims", "S.npy", "--out", out, cwd=tmp_path, check=True)  # there now: nothing said
+    assert "made the folder" not in r.stderr
+
+
+# -- datasets: name and path style -----------------------------------------------------------------------------------
+
+def test_a_dataset_file_whose_name_differs_from_its_file_name_is_refused(tmp_path):
+    (tmp_path / "config" / "datasets").mkdir(parents=True)
+    ds = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
+    (tmp_path / "config" / "datasets" / "mine.yaml").write_text(yaml.safe_dump(ds))  # a copy of synth's: name synth
+    r = run_xmr("doctor", "mine", cwd=tmp_path)
+    assert _one_line_error(r, "doctor") == ("config/datasets/mine.yaml: name: synth differs from the file's name; "
+                                            "set name: mine (or rename the file to synth.yaml, and the recipes' "
+                                            "dataset: to synth)")
+
+
+def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path):
+    # the recipe's config folder is found from the recipe's resolved path; the error names it as the user would
+    recipe = tmp_path / "config" / "recipes" / "synth" / "elsewhere.yaml"
+    recipe.parent.mkdir(parents=True)
+    (tmp_path / "config" / "datasets").mkdir()
+    (tmp_path / "config" / "datasets" / "synth.yaml").write_text((REPO / "config/datasets/synth.yaml").read_text())
+    recipe.write_text(f"extends: {REPO / 'config/recipes/synth/vsepp.yaml'}\ndataset: nosuch\n")
+    r = run_xmr("train", "--config", recipe, "--out-dir", tmp_path / "o", cwd=tmp_path)
+    assert _one_line_error(r, "train") == ("dataset 'nosuch': no config/datasets/nosuch.yaml; known datasets: "
+                                           "synth")
+
+
+# -- doctor ----------------------------------------------------------------------------------------------------------
+
+def test_doctor_refuses_an_unknown_synth_target_as_for_any_dataset():
+    line = _one_line_error(run_xmr("doctor", "synth", "results/synth/nonsense.json", cwd=REPO), "doctor")
+    assert line.startswith("no recipe for results/synth/nonsense.json: expected config/recipes/synth/nonsense.yaml"
+                           " (recipes for synth: coder, dive, dvse, dvse_demo,"), line
+    coco = _one_line_error(run_xmr("doctor", "coco", "results/coco/nonsense.json", cwd=REPO), "doctor")
+    assert re.sub(r"\(recipes for coco: .*", "", coco) == "no recipe for results/coco/nonsense.json: expected " \
+                                                          "config/recipes/coco/nonsense.yaml "
+    r = run_xmr("doctor", "synth", "results/synth/dvse_fr.json", cwd=REPO, check=True)  # a real one: nothing missing
+    assert r.stdout.splitlines()[0] == "xmr doctor synth results/synth/dvse_fr.json  (recipe dvse, re-ranker fr)"
