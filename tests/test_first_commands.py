@@ -99,3 +99,24 @@ def test_doctor_refuses_an_unknown_synth_target_as_for_any_dataset():
                                                           "config/recipes/coco/nonsense.yaml "
     r = run_xmr("doctor", "synth", "results/synth/dvse_fr.json", cwd=REPO, check=True)  # a real one: nothing missing
     assert r.stdout.splitlines()[0] == "xmr doctor synth results/synth/dvse_fr.json  (recipe dvse, re-ranker fr)"
+
+
+# -- recalls that cannot miss ----------------------------------------------------------------------------------------
+
+def test_recalls_whose_k_reaches_the_gallery_are_said_to_be_100_by_construction(tmp_path):
+    # 5 test images x 25 captions, every caption ranking a wrong image first: t2i R@1 = 0, yet R@5 and R@10 are 100
+    # because 5 images is the whole gallery; i2t R@10 can still miss (20 other captions)
+    sims = np.zeros((5, 25), np.float32)
+    for c in range(25):
+        sims[(c // 5 + 1) % 5, c] = 1.0
+    np.save(tmp_path / "S5.npy", sims)
+    r = run_xmr("evaluate", "--sims", "S5.npy", "--out", "M5.json", cwd=tmp_path, check=True)
+    first, note = r.stdout.splitlines()
+    assert "t2i R@1/5/10 0.0/100.0/100.0" in first, first
+    assert note == "note: R@K with K >= the gallery's size is 100 by construction: t2i R@5, R@10 (5 images)"
+    shown = run_xmr("show", "M5.json", cwd=tmp_path, check=True).stdout.splitlines()
+    assert shown[3:] == [f"{note} (in M5)"]  # once, under the table
+    # 11 images, 55 captions: nothing reaches the gallery, nothing said
+    np.save(tmp_path / "S11.npy", np.eye(11, 55, dtype=np.float32))
+    r = run_xmr("evaluate", "--sims", "S11.npy", "--out", "M11.json", cwd=tmp_path, check=True)
+    assert len(r.stdout.splitlines()) == 1 and "note" not in run_xmr("show", "M11.json", cwd=tmp_path).stdout

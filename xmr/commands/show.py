@@ -1,6 +1,7 @@
 """xmr show: print results files as a table."""
 
 import json
+import sys
 
 HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both directions, RSUM, how training "
         "ended, the test similarities' std and, for set methods, the sub-embeddings' correlation), or a run's epochs")
@@ -80,14 +81,15 @@ def runs_below(path: str) -> list[str]:
 
 def run(args):
     from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
-                                   run_row)
+                                   run_row, saturation_notes)
 
     table = csv_table if args.csv else markdown_table
     runs = [p for p in args.results if _is_run(p)]
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}
     results = [p for p in args.results if p not in runs and p not in folders]
-    parts = [table(result_rows(expand_folders(results)))] if results else []
+    rows = result_rows(expand_folders(results)) if results else []
+    parts = [table(rows)] if results else []
     for r in runs:
         line, rows = run_history(r)
         parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")
@@ -95,6 +97,8 @@ def run(args):
         parts.append(table([run_row(r) for r in below], RUNS_COLUMNS))
     text = "\n".join(parts)
     print(text, end="")
+    if notes := saturation_notes(rows):  # under the table; beside a CSV, on stderr
+        print(notes, file=sys.stderr if args.csv else sys.stdout)
     if args.expect:
         from xmr.core.errors import XmrError
         from xmr.report.readme import check_rsums, read_section, table_rsums

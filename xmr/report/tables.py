@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from xmr.run.layout import RUNS_ROOT, RunKey
 from xmr.core.io import read_json
+from xmr.evaluation.metrics import saturated_recalls, saturation_note
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
 # `xmr show` (the demo's table): also how training ended (epochs, plateau / cap), the test matrix's spread and, for
@@ -145,8 +146,19 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
                              "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                              "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
                              "test sim. std": _std_text(r.get("similarity_spread")),
-                             "set corr.": _set_text(r.get("set_statistics"))})
+                             "set corr.": _set_text(r.get("set_statistics")),
+                             "saturated": saturated_recalls(protocols.get(name, r))})
     return rows
+
+
+def saturation_notes(rows: list[dict]) -> str | None:
+    """The note under a results table whose rows have recalls that are 100 by construction (:func:`saturated_recalls`),
+    said once per distinct gallery, naming its targets."""
+    targets: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("saturated"):
+            targets.setdefault(row["saturated"], []).append(row["target"])
+    return "\n".join(f"{saturation_note(s)} (in {', '.join(dict.fromkeys(t))})" for s, t in targets.items()) or None
 
 
 def _std_text(spread: dict | None) -> str | None:
