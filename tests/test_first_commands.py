@@ -120,3 +120,33 @@ def test_recalls_whose_k_reaches_the_gallery_are_said_to_be_100_by_construction(
     np.save(tmp_path / "S11.npy", np.eye(11, 55, dtype=np.float32))
     r = run_xmr("evaluate", "--sims", "S11.npy", "--out", "M11.json", cwd=tmp_path, check=True)
     assert len(r.stdout.splitlines()) == 1 and "note" not in run_xmr("show", "M11.json", cwd=tmp_path).stdout
+
+
+# -- xmr search ------------------------------------------------------------------------------------------------------
+
+def test_search_refuses_an_empty_query_and_warns_on_one_with_no_known_word(tiny_synth_run):
+    r = run_xmr("search", "--run", tiny_synth_run, "--text", "  ", "--device", "cpu")
+    assert _one_line_error(r, "search") == "--text '  ': an empty query; give the words to search for"
+    r = run_xmr("search", "--run", tiny_synth_run, "--text", "qwzx blorf", "--k", "2", "--device", "cpu", check=True)
+    assert r.stderr.splitlines() == [
+        "xmr search: warning: --text 'qwzx blorf': no word of it is in the model's vocabulary (the words of its "
+        "training captions); each reads as <unk>, so its hits say nothing about the query"]
+    assert len(r.stdout.splitlines()) == 3  # the hits are still printed
+    r = run_xmr("search", "--run", tiny_synth_run, "--text", "qwzx circle", "--k", "2", "--device", "cpu", check=True)
+    assert "warning" not in r.stderr  # one known word is a query
+
+
+def test_an_image_querys_own_captions_are_marked_among_its_hits(tiny_synth_run):
+    from xmr.data import load_split
+    from xmr.run.config import load_saved_config
+
+    test = load_split(load_saved_config(tiny_synth_run)["dataset_cfg"], "test")
+    query = 3
+    own = {c for c, i in zip(test.captions, test.caption_image) if i == query}
+    r = run_xmr("search", "--run", tiny_synth_run, "--image", test.image_paths[query], "--k", len(test.captions),
+                "--device", "cpu", check=True)
+    hits = r.stdout.splitlines()[1:]
+    assert len(hits) == len(test.captions) == 60
+    marked = [h for h in hits if h.endswith("  [a caption of the query image]")]
+    assert len(marked) == len(own) == 5
+    assert {h.removesuffix("  [a caption of the query image]").split(": ", 1)[1] for h in marked} == own

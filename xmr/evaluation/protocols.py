@@ -218,4 +218,3 @@ def _evaluate_classes(a: torch.Tensor, image_labels, caption_labels, c: int, tie
     clock["ranking"] += time.perf_counter() - t0
     return {"i2t": class_metrics(i2t_rank, i2t_rp), "t2i": class_metrics(t2i_rank, t2i_rp),
             "captions_per_image": cpi}
-
