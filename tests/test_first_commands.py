@@ -5,10 +5,13 @@ one path style, and an output folder that did not exist is said to have been mad
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
+import time
 
 import numpy as np
+import pytest
 import yaml
 
 from conftest import REPO, run_xmr
@@ -150,3 +153,43 @@ def test_an_image_querys_own_captions_are_marked_among_its_hits(tiny_synth_run):
     marked = [h for h in hits if h.endswith("  [a caption of the query image]")]
     assert len(marked) == len(own) == 5
     assert {h.removesuffix("  [a caption of the query image]").split(": ", 1)[1] for h in marked} == own
+
+
+# -- xmr show, from a run's first step -------------------------------------------------------------------------------
+
+def test_show_says_where_a_run_is_from_its_first_step(tiny_synth, tmp_path):
+    """`xmr show RUN_DIR` during the first epoch (no history.csv, no train.json yet): the run's method, recipe and
+    dataset from its config.yaml, and where it is from its progress.json; it used to say "no results files"."""
+    from conftest import start_xmr_forked
+
+    out = tmp_path / "run"
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_first_step", train={"epochs": 3})
+    proc = start_xmr_forked("train", "--config", recipe, "--out-dir", out, "--no-progress")
+    deadline = time.time() + 300
+    while not (out / "progress.json").exists():  # written before the first step
+        assert proc.poll() is None and time.time() < deadline, proc.wait(0).stderr
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert not (out / "train.json").exists()
+    progress = json.loads((out / "progress.json").read_text())
+    steps = math.ceil(48 * 5 / 16)  # tiny_synth: 48 training images x 5 captions, batches of 16
+    assert (progress["epoch"], progress["max_epochs"], progress["steps_per_epoch"]) == (1, 3, steps)
+    r = run_xmr("show", out, check=True)
+    first = r.stdout.splitlines()[0]
+    loss = "" if progress["loss_so_far"] is None else f", loss so far {progress['loss_so_far']:.4f}"
+    history = out / "history.csv"  # none until the first epoch ends (kept here as the kill may come after it)
+    epochs = len(history.read_text().splitlines()) - 1 if history.exists() else 0
+    assert re.fullmatch(
+        re.escape(f"{out}: vsepp (recipe vsepp_first_step) on synth; no train.json yet (training, or stopped before "
+                  f"its end): {epochs} epoch(s) in history.csv; at epoch 1 of 3, step {progress['step']} of "
+                  f"{steps}{loss} (") + r"\d+ s ago\)", first), first
+    listed = run_xmr("show", tmp_path, check=True).stdout.splitlines()  # the folder of runs lists it too
+    assert listed[2].startswith(f"| {out} | vsepp | vsepp_first_step | "), listed
+
+
+def test_a_finished_runs_progress_record_holds_its_last_epochs_mean_loss(tiny_synth_run):
+    progress = json.loads((tiny_synth_run / "progress.json").read_text())
+    (epoch,) = json.loads((tiny_synth_run / "train.json").read_text())["history"]
+    assert progress["step"] == progress["steps_per_epoch"] and progress["epoch"] == progress["max_epochs"] == 1
+    assert progress["loss_so_far"] == pytest.approx(epoch["loss"], rel=1e-12)

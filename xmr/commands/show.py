@@ -23,6 +23,10 @@ def add_arguments(p):
                         "under CPU kernel pins, docs/speed.md \"The table on another CPU\")")
 
 
+#: the files that make a folder a run directory, the first written from a training's first step (xmr.run.progress)
+RUN_FILES = ("train.json", "history.csv", "progress.json")
+
+
 def _is_results_file(path) -> bool:
     """A full results file (:func:`xmr.report.tables.results_kind`: one evaluation, or one per re-ranker)."""
     from xmr.report.tables import results_kind
@@ -56,15 +60,14 @@ def expand_folders(paths: list[str]) -> list[str]:
 
 
 def _is_run(path: str) -> bool:
-    """A run's ``train.json``, or a folder that holds one (or, while it trains, ``history.csv``) and no results
-    files (a run directory)."""
+    """A run's ``train.json``, or a folder that holds one (or, while it trains, ``history.csv`` or, from its first
+    step, ``progress.json``) and no results files (a run directory)."""
     from pathlib import Path
 
     p = Path(path)
     if not p.is_dir():
         return p.name == "train.json" and p.is_file()
-    return ((p / "train.json").is_file() or (p / "history.csv").is_file()) \
-        and not any(_is_results_file(f) for f in p.glob("*.json"))
+    return any((p / name).is_file() for name in RUN_FILES) and not any(_is_results_file(f) for f in p.glob("*.json"))
 
 
 def runs_below(path: str) -> list[str]:
@@ -75,7 +78,7 @@ def runs_below(path: str) -> list[str]:
     p = Path(path)
     if not p.is_dir() or _is_run(path) or any(_is_results_file(f) for f in p.glob("*.json")):
         return []
-    found = {f.parent for name in ("train.json", "history.csv") for f in p.rglob(name)}
+    found = {f.parent for name in RUN_FILES for f in p.rglob(name)}
     return [str(d) for d in sorted(found) if _is_run(str(d))]
 
 

@@ -208,12 +208,9 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     directory or that file); a run directory without one yet (training, or stopped before its end) shows the
     epochs of its ``history.csv``."""
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
-    if not path.exists() and (path.parent / "history.csv").is_file():
-        from xmr.core.io import read_history
-
-        rows = _history_rows(read_history(path.parent))
-        return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
-                f"in history.csv"), rows
+    if not path.exists() and _in_training(path.parent):
+        rows = _history_rows(_finished_epochs(path.parent))
+        return _training_line(path.parent, len(rows)), rows
     s = _train_summary(path)
     rows = _history_rows(s["history"])
     ended = f", ended by {s['stopped_by']}" if s.get("stopped_by") else ""
@@ -222,6 +219,37 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
             f"validation RSUM {_num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
             f"{_num(s.get('train_seconds'), '.0f')} s of training")
     return line, rows
+
+
+def _in_training(run_dir: Path) -> bool:
+    """A run directory without train.json that has begun training: its progress.json or history.csv."""
+    from xmr.run.progress import PROGRESS
+
+    return (run_dir / PROGRESS).is_file() or (run_dir / "history.csv").is_file()
+
+
+def _finished_epochs(run_dir: Path) -> list[dict]:
+    from xmr.core.io import read_history
+
+    return read_history(run_dir) if (run_dir / "history.csv").is_file() else []
+
+
+def _training_line(run_dir: Path, epochs: int) -> str:
+    """A run still training (or stopped before its end): what it trains (config.yaml), its finished epochs
+    (history.csv) and, from its first step, where it is (progress.json)."""
+    from xmr.config.loader import load_yaml
+    from xmr.run.progress import progress_text, read_progress
+
+    cfg = load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+    what = f" {cfg.get('method', '?')} (recipe {cfg.get('name', '?')}) on {cfg.get('dataset', '?')};" if cfg else ""
+    line = (f"{run_dir}:{what} no train.json yet (training, or stopped before its end): {epochs} epoch(s) in "
+            f"history.csv")
+    progress = read_progress(run_dir)
+    if progress:
+        import time
+
+        line += f"; at {progress_text(progress)} ({time.time() - progress['written_at']:.0f} s ago)"
+    return line
 
 
 # `xmr show runs/DATASET/` (or runs/): one row per run directory below the folder
@@ -233,12 +261,14 @@ def run_row(run_dir: str | os.PathLike) -> dict[str, Any]:
     ended, from its ``history.csv`` (the best validation RSUM so far)."""
     run_dir = Path(run_dir)
     if not (run_dir / "train.json").exists():
-        from xmr.core.io import read_history
+        from xmr.config.loader import load_yaml
 
-        hist = read_history(run_dir)
+        hist = _finished_epochs(run_dir)
         best = max(hist, key=lambda h: h.get("val_rsum", float("-inf")), default={})
-        return {"run": str(run_dir), "epochs": len(hist), "ended by": "(no train.json yet)",
-                "best val RSUM": best.get("val_rsum"), "best epoch": _num(best.get("epoch"), ".0f")}
+        cfg = load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+        return {"run": str(run_dir), "method": cfg.get("method"), "recipe": cfg.get("name"), "epochs": len(hist),
+                "ended by": "(no train.json yet)", "best val RSUM": best.get("val_rsum"),
+                "best epoch": _num(best.get("epoch"), ".0f")}
     s = _train_summary(run_dir / "train.json")
     return {"run": str(run_dir), "method": s.get("method"), "recipe": s.get("recipe"),
             "epochs": s.get("epochs_trained", len(s["history"])), "ended by": s.get("stopped_by"),
