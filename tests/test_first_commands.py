@@ -193,3 +193,20 @@ def test_a_finished_runs_progress_record_holds_its_last_epochs_mean_loss(tiny_sy
     (epoch,) = json.loads((tiny_synth_run / "train.json").read_text())["history"]
     assert progress["step"] == progress["steps_per_epoch"] and progress["epoch"] == progress["max_epochs"] == 1
     assert progress["loss_so_far"] == pytest.approx(epoch["loss"], rel=1e-12)
+
+
+# -- training threads ------------------------------------------------------------------------------------------------
+
+def test_train_threads_are_the_cores_given_never_more_than_the_cpus_there_are(tiny_synth, tmp_path):
+    """`xmr train --threads N` (the workflow passes the cores Snakemake gives the job): torch's threads, capped at
+    the CPUs this process may run on (more would oversubscribe them); train.json says how many it used."""
+    import os
+
+    line = _one_line_error(run_xmr("train", "--config", "c.yaml", "--out-dir", tmp_path / "o", "--threads", "0"),
+                           "train")
+    assert line == "--threads 0: give a positive number of CPU threads"
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_threads")
+    run_xmr("train", "--config", recipe, "--out-dir", tmp_path / "run", "--threads", "64", "--no-progress",
+            check=True)
+    assert json.loads((tmp_path / "run" / "train.json").read_text())["cpu_threads"] == len(os.sched_getaffinity(0))
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["threads"] == 64  # as asked

@@ -52,6 +52,7 @@ from xmr.train import stopping
 from xmr.train.samplers import (CaptionTexts, ImageBatchSampler, ImageIndexedCollate, ImageIndexedPairs,
                                  OnePerClassBatchSampler, caption_texts, check_batching, positive_mask)
 from xmr.train.schedule import lr_factor
+from xmr.core.cpus import available_cpus
 from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator
 
 
@@ -329,8 +330,7 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
             remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.core.utils)
-    if proc.threads:
-        torch.set_num_threads(proc.threads)  # e.g. several runs sharing a machine: OpenMP oversubscription
+    torch.set_num_threads(training_threads(proc.threads))
     if settings.image.end_to_end:
         settings.image.preparation  # noqa: B018 - decided and checked now, before any data is read
     stopping.check_settings(settings.stopping, settings.schedule, settings.validation, settings.name)
@@ -338,6 +338,18 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
     if proc.deterministic:
         use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=proc.fill_uninitialized_memory)
     return device
+
+
+def training_threads(asked: int | None) -> int:
+    """torch's CPU threads for a training: ``asked`` (``xmr train --threads``, the cores Snakemake gives the job, or
+    ``train.threads``), else torch's default (``$OMP_NUM_THREADS``, else one per core), never more than the CPUs
+    this process may run on (a SLURM allocation, a ``taskset``): more threads than cores oversubscribe them. One
+    inter-op thread: a training runs one operator at a time."""
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # set already, or inter-op work has run in this process (an in-process test)
+        pass
+    return max(1, min(asked or torch.get_num_threads(), available_cpus()))
 
 
 def set_up(cfg: dict, out: Path, ctx) -> TrainRun:
@@ -606,7 +618,7 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
     return {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
             "best_epoch": state.best_epoch, "best_val_rsum": state.best_rsum,
             "epochs": cfg["train"]["epochs"], "mlflow_run_id": state.run_id, "experiment": experiment,
-            "train_seconds": sum(r.get("seconds", 0) for r in state.history),
+            "train_seconds": sum(r.get("seconds", 0) for r in state.history), "cpu_threads": torch.get_num_threads(),
             **stopping.summary(state.stopping, len(state.history), run.settings.stopping),
             "val_similarity": state.best_val_similarity,
             "history": state.history}
