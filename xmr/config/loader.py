@@ -62,13 +62,13 @@ def _mapping(src: str, text: str) -> dict:
 
 def _text(path: Path) -> str:
     if not path.exists():
-        raise XmrError(f"{path}: config file not found")
+        raise XmrError(f"{shown_path(path)}: config file not found")
     return path.read_text()
 
 
 def load_yaml(path: str | os.PathLike) -> dict:
     path = Path(path)
-    return copy.deepcopy(_mapping(str(path), _text(path)))  # the caller's own: configs are merged and filled in place
+    return copy.deepcopy(_mapping(shown_path(path), _text(path)))  # the caller's own: configs are merged and filled in place
 
 
 def load_validated(path: str | os.PathLike, schema: str) -> dict:
@@ -97,7 +97,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 def _load_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
-        raise XmrError(f"{path}: `extends` cycle")
+        raise XmrError(f"{shown_path(path)}: `extends` cycle")
     doc = load_yaml(path)
     parents = doc.pop("extends", [])
     parents = [parents] if isinstance(parents, str) else parents
