@@ -12,7 +12,7 @@ class XmrError(Exception):
 
 def shown_path(path: str | os.PathLike) -> str:
     """A path as errors and notes print it, in one style: relative to the working folder when it lies inside it
-    (``config/datasets/mine.yaml``, however xmr came to hold it), else as it is (``/data/coco``, ``../shared``)."""
+    (``config/datasets/mine.yaml``, however xmr came to hold it), else as it is (``/data/coco``, ``../coco``)."""
     p = Path(path)
     if p.is_absolute():
         try:
