@@ -51,20 +51,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # named by the command they were given to: "xmr train: error: unrecognized arguments: ..."
         args._parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    missing = _missing_output_folders(args)
     try:
-        rc = args._run(args)
+        rc = _run_noting_made_folders(args)
     except XmrError as e:
         print(f"xmr {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"xmr {args.command}: interrupted", file=sys.stderr)
         return 130
+    return int(rc or 0)
+
+
+def _run_noting_made_folders(args: argparse.Namespace) -> int | None:
+    """The command, then one line for each output folder it made (:func:`_missing_output_folders`)."""
+    missing = _missing_output_folders(args)
+    rc = args._run(args)
     for option, folder in missing:
         if folder.is_dir():
             print(f"xmr {args.command}: made the folder {shown_path(folder)}/ for {option} (it did not exist)",
                   file=sys.stderr)
-    return int(rc or 0)
+    return rc
 
 
 def _missing_output_folders(args: argparse.Namespace) -> list[tuple[str, Path]]:
