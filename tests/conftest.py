@@ -164,7 +164,7 @@ def toy_config(tmp_path: Path, recipes: tuple[str, ...] = ("a",)) -> Path:
     (cfg / "recipes" / "toy").mkdir(parents=True)
     (cfg / "datasets").mkdir()
     toy = yaml.safe_load((REPO / "config" / "datasets" / "synth.yaml").read_text())
-    toy.update(root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))
+    toy.update(name="toy", root=str(tmp_path / "data"), annotations=str(tmp_path / "data" / "none.json"))
     (cfg / "datasets" / "toy.yaml").write_text(yaml.safe_dump(toy))
     (cfg / "backbones.yaml").write_text((REPO / "config" / "backbones.yaml").read_text())
     for r in recipes:

@@ -140,7 +140,7 @@ def test_torchrun_two_cpu_processes_write_one_set_of_outputs(tiny_synth, tmp_pat
     assert proc.returncode == 0, printed[-5000:]
     # (mlflow_run_id: the run id of this training's attempts, written by rank 0 only; docs/tracking.md)
     assert sorted(p.name for p in out.iterdir()) == ["best.pt", "config.yaml", "history.csv", "last.pt",
-                                                     "mlflow_run_id", "train.json"]
+                                                     "mlflow_run_id", "progress.json", "train.json"]
     with open(out / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["epoch"]) for r in rows] == [1, 2]

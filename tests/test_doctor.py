@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from xmr.cli import main as xmr_main
+from xmr.core.errors import XmrError
 from xmr.planning.doctor import doctor, preflight_targets, workflow_preflight
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
@@ -73,7 +75,9 @@ def test_scan_precomp_replaces_images_weights_and_detectron2(bare):
         f"imported from data/coco/precomp/{s}_ims.npy by rule import_scan" for s in ("train", "dev", "testall")]
     assert rep.cheaper == []
     # everything in place: nothing missing, exit 0
-    (bare / "data/coco/dataset_coco.json").write_text("{}")
+    images = [{"filename": f"{split}.jpg", "split": split, "sentences": [{"raw": f"a {split} photo"}] * 5}
+              for split in ("train", "val", "test")]  # the splits are read too: one image each, five captions
+    (bare / "data/coco/dataset_coco.json").write_text(json.dumps({"images": images}))
     (bare / "resources/word_vectors").mkdir(parents=True)
     (bare / "resources/word_vectors/glove.840B.300d.txt").write_text("the 0.1\n")
     rep = doctor("coco", "dvse_fr", CONFIG)
@@ -122,9 +126,9 @@ def test_workflow_preflight_reports_once_in_the_main_process_only(bare):
     assert buf.getvalue().count("xmr doctor coco dvse_fr") == 1
     buf = io.StringIO()
     assert preflight_targets(["results/synth/dvse.json"], CONFIG, buf) == 0 and buf.getvalue() == ""
-    # a check that cannot run is reported, never raised (Snakemake must still plan)
-    assert preflight_targets(["results/coco/nosuchrecipe.json"], CONFIG, buf) == 0
-    assert "xmr doctor coco: could not check (no recipe for results/coco/nosuchrecipe.json" in buf.getvalue()
+    # what the jobs would refuse is raised (the workflow's input function stops Snakemake with its one line)
+    with pytest.raises(XmrError, match=r"^no recipe for results/coco/nosuchrecipe\.json"):
+        preflight_targets(["results/coco/nosuchrecipe.json"], CONFIG, buf)
 
 
 def test_val_test_extraction_asks_for_less_than_train():

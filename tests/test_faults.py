@@ -141,7 +141,7 @@ def test_disk_full_during_checkpoint_write(tiny_synth, tmp_path, monkeypatch):
     with pytest.raises(XmrError, match=r"last\.pt: disk full or quota exceeded while writing it \(No space left "
                                        r"on device\); nothing was replaced"):
         train(cfg, out, progress=False)
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "progress.json"]  # progress.json: from the first step
     # a fresh run: config.yaml, then epoch 1's last.pt, best.pt, history.csv, then epoch 2's last.pt (5th write)
     # fails: epoch 1's last.pt must survive unchanged
     out = tmp_path / "run2"

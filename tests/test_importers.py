@@ -186,6 +186,7 @@ def test_import_features_cli(tmp_path, capsys):
                    "--split", "test", "--config-dir", str(tmp_path / "config"), "--out", str(out), "--no-progress"])
     assert rc == 0 and FeatureFile(out).image_ids == ["25", "391895", "522418", "9"]  # src split from the config
     np.testing.assert_array_equal(FeatureFile(out)[0], ims[3])
+    assert capsys.readouterr().err == f"xmr import-features: made the folder {out.parent}/ for --out (it did not exist)\n"
     (tmp_path / "bad.tsv").write_text("1\t2\t3\n")
     rc = xmr_main(["import-features", "--format", "butd_tsv", "--src", str(tmp_path / "bad.tsv"), "--out",
                    str(tmp_path / "x.h5"), "--no-progress"])

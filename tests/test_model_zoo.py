@@ -147,6 +147,9 @@ def test_doctor_zoo_names_what_each_target_still_needs(tmp_path):
                 "data/coco/dataset_coco.json", "data/coco/images/1.jpg"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"x")
+    images = [{"filename": f"{split}.jpg", "split": split, "sentences": [{"raw": f"a {split} photo"}] * 5}
+              for split in ("train", "val", "test")]  # doctor reads the splits: one image each, five captions
+    (tmp_path / "data/coco/dataset_coco.json").write_text(json.dumps({"images": images}))
     r = run_xmr("doctor", "--zoo", "--config-dir", CONFIG, cwd=tmp_path)
     assert r.returncode == 1 and "\nmodel zoo:\n" in r.stdout, r.stdout[-2000:] + r.stderr
     lines = {line.split()[0]: line for line in r.stdout.split("\nmodel zoo:\n")[1].splitlines()[:-1]}

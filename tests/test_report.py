@@ -337,3 +337,44 @@ def test_report_settings_are_written_once_in_the_file(tmp_path):
         report_settings("synth", tmp_path)
     with pytest.raises(XmrError, match="report.yaml: not found"):
         report_settings("synth", tmp_path / "elsewhere")
+
+
+def test_report_shows_every_results_file_and_leaves_out_sections_of_untrained_recipes(tiny_project, tmp_path):
+    """`xmr report --dataset synth`: a recipe results file that config/report.yaml does not list (the demo's
+    dvse_demo*.json) is in the table, and the FR-grid and sub-embedding sections of recipes trained nowhere here
+    (DVSE's, on a dataset of one's own) are left out, not notes saying "not trained"."""
+    import shutil
+
+    from conftest import run_xmr
+
+    config = tmp_path / "config"
+    shutil.copytree(tiny_project["config"], config)
+    report = yaml.safe_load((config / "report.yaml").read_text())
+    report["default"].update(methods=["rep_vsepp"], fr_grid={**report["default"]["fr_grid"], "recipes": ["rep_pcme"]},
+                             subembeddings={**report["default"]["subembeddings"], "recipes": ["rep_pcme"]})
+    (config / "report.yaml").write_text(yaml.safe_dump(report))
+    results = tmp_path / "results"
+    shutil.copytree(tiny_project["results"] / "synth", results / "synth", ignore=shutil.ignore_patterns("fr_grid"))
+    (results / "synth" / "summary.json").write_text("{}")  # not a recipe's: left out
+    r = run_xmr("report", "--dataset", "synth", "--out-dir", tmp_path / "rep", "--config-dir", config,
+                "--results-root", results, "--runs-root", tiny_project["runs"], "--no-tracking", check=True)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    dvse = json.loads((results / "synth" / "rep_dvse.json").read_text())
+    row = next(line for line in md.splitlines() if line.startswith("| dvse | rep_dvse | plain |"))
+    assert f"{dvse['rsum']:.1f}" in row  # not listed in methods:, shown all the same
+    assert "FR scale sensitivity" not in md and "Sub-embeddings" not in md and "rep_pcme" not in md, md
+    assert "## Retrieval examples" in md and "## Training curves" in md
+    assert "rep_dvse" in (tmp_path / "rep" / "report.html").read_text() and "notes)" in r.stdout
+
+
+def test_one_epoch_curves_and_partial_bar_charts_are_laid_out_for_what_is_there():
+    from xmr.report.experiment_table import bar_rerankers
+    from xmr.report.figures import epoch_axis
+
+    assert epoch_axis([1.0]) == ((0.5, 1.5), [1])  # one point at tick 1, not ticks 0.96 ... 1.04
+    assert epoch_axis([1.0, 2.0, 3.0]) == ((0.5, 3.5), [1, 2, 3])
+    assert epoch_axis([float(e) for e in range(1, 31)]) == ((0.5, 30.5), list(range(1, 31, 3)))
+    assert epoch_axis([]) is None
+    # fr_all_methods' seven re-rankers, of which two have results: two legend entries, in the experiment's order
+    by_variant = {"vsepp": {"fr": {"RSUM": 20.0}, "none": {"RSUM": 10.0}, "rr": {"RSUM": None}}, "dvse": {}}
+    assert bar_rerankers(["none", "fr", "rr", "isoftmax", "dsl", "qbnorm", "csls"], by_variant) == ["none", "fr"]

@@ -44,7 +44,10 @@ def test_show_reads_evaluate_output_and_rejects_other_files_in_one_line(tmp_path
     # a folder stands for its results files, by name; the other files in it (train.json, S.npy) are left out
     (tmp_path / "N.json").write_text((tmp_path / "M.json").read_text())
     r = run_xmr("show", tmp_path, check=True)
-    assert [ln.split(" | ")[1] for ln in r.stdout.splitlines()[2:]] == ["M", "N"], r.stdout
+    assert [ln.split(" | ")[1] for ln in r.stdout.splitlines()[2:4]] == ["M", "N"], r.stdout
+    # 2 images: t2i R@5 and R@10 cannot miss; 10 captions, 5 each: nor can i2t R@10 (said once, under the table)
+    assert r.stdout.splitlines()[4:] == ["note: R@K with K >= the gallery's size is 100 by construction: i2t R@10 "
+                                         "(10 captions, 5 per image); t2i R@5, R@10 (2 images) (in M, N)"]
     (tmp_path / "empty").mkdir()
     line = _one_line_error(run_xmr("show", tmp_path / "empty"), "show")
     assert line.startswith(f"xmr show: error: {tmp_path / 'empty'}: no results files in this folder"), line

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 
 import pytest
+
+from conftest import run_xmr
 
 from .helpers import BIN, copy_repo, run, tool_env
 
@@ -34,3 +37,26 @@ def test_dry_run_reports_missing_coco_pieces_and_plans_anyway(tmp_path):
     # the embedded dataset: no report
     out = run([str(BIN / "snakemake"), "-n", "results/synth/dvse.json"], root, env, timeout=300).stdout
     assert "xmr doctor" not in out
+
+
+def test_a_dataset_with_too_few_captions_stops_the_dry_run_at_the_preflight(tmp_path):
+    """What `xmr doctor` catches, the preflight catches: a split the reader refuses (an image with fewer captions
+    than captions_per_image) stops the plan with the reader's one line, before any job (not in extraction)."""
+    root = copy_repo(tmp_path / "repo")
+    images = [{"filename": f"{k}.jpg", "split": split, "sentences": [{"raw": "a dog"}, {"raw": "a cat"}]}
+              for k, split in enumerate(("train", "train", "val", "test"))]
+    (root / "data" / "few").mkdir(parents=True)
+    (root / "data" / "few" / "dataset_few.json").write_text(json.dumps({"images": images}))
+    (root / "config" / "datasets" / "few.yaml").write_text(
+        "name: few\nformat: karpathy\nroot: data/few\nannotations: data/few/dataset_few.json\ncaptions_per_image: 3\n")
+    (root / "config" / "recipes" / "few").mkdir()
+    (root / "config" / "recipes" / "few" / "vsepp.yaml").write_text(
+        "extends: ../../methods/vsepp.yaml\ndataset: few\nfeatures: {backbone: efficientnet_lite0_128}\n")
+    doctor = run_xmr("doctor", "few", "vsepp", cwd=root)
+    error = doctor.stderr.strip().removeprefix("xmr doctor: error: ")
+    assert doctor.returncode == 2 and error.startswith("data/few/dataset_few.json: images[0] (0.jpg) "), doctor.stderr
+    assert "has 2 captions, fewer than captions_per_image=3" in error
+    r = run([str(BIN / "snakemake"), "-n", "results/few/vsepp.json"], root, tool_env(root), timeout=300, check=False)
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert r.stdout.splitlines().count(f"xmr workflow: error: {error}") == 1, r.stdout[-3000:]
+    assert "Job stats" not in r.stdout and "Traceback" not in r.stdout, r.stdout[-3000:]

@@ -37,7 +37,9 @@ def test_variants_plan_the_recipes_ddp_launch_and_feature_dir(tmp_path):
     assert len(train) == 3
     for run_dir in RUNS:
         block = next(b for b in train if f"output: {run_dir}/best.pt" in b)
-        assert f"xmr train --run {run_dir} --nproc-per-node 2 --nnodes 1 --no-progress" in block
+        # --threads: the cores Snakemake gives the job, torch's CPU threads in the training: synth asks for 2
+        # (cpus_per_task), and a dry run plans on one core, so 1
+        assert f"xmr train --run {run_dir} --nproc-per-node 2 --nnodes 1 --threads 1 --no-progress" in block, block
         assert re.search(r"resources: .*gpu=2, nodes=1, tasks=2, tasks_per_gpu=1, mpi=srun", block), block
         assert "input: feats2/synth/efficientnet_lite0_128/train.h5, feats2/synth/efficientnet_lite0_128/val.h5" \
             in block

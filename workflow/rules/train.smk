@@ -27,7 +27,9 @@ rule train:
         cpus_per_task=train_res("cpus_per_task"),
     shell:
         # the epoch lines go to the terminal too (make demo is not silent while it trains)
-        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --no-progress --log {params.log}"
+        # --threads: the cores Snakemake gives the job (fewer with --cores 1), torch's CPU threads
+        "{XMR} train --run runs/{wildcards.dataset}/{wildcards.run}{params.launch} --threads {threads} --no-progress"
+        " --log {params.log}"
 
 
 # A recipe with a checkpoint: section names a published model instead of a training run: its run directory is

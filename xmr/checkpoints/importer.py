@@ -59,14 +59,14 @@ def resolve_config(imported: ImportedModel, recipe: str | os.PathLike | None, da
     else:
         path = Path(recipe)
         fixed = sections.get("features", {}).get("source")
-        given = load_run_config(path, overrides)["features"]
+        given = load_run_config(path, user_set=overrides)["features"]
         if fixed == "images" and given["source"] != "images":
             # e.g. a VSE∞ grid model (its CNN inside) given a region recipe: the file decides, the recipe disagrees
             raise XmrError(f"{src or name}: this model runs its own CNN on image files (features.source: images, "
                            f"backbone {sections['features'].get('backbone')}), but the recipe {path} reads "
                            f"precomputed features ({given.get('backbone')}); give the recipe made for this model "
                            f"(docs/checkpoints.md) or import it without --recipe")
-    cfg = load_run_config(path, overrides, sections=sections)
+    cfg = load_run_config(path, sections=sections, user_set=overrides)
     if cfg["method"] != imported.method:
         raise XmrError(f"{path}: method {cfg['method']} but the checkpoint is a {imported.method} model")
     check_feature_size(run_settings(cfg).image, imported.image_dim, path)

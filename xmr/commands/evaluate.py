@@ -88,4 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
     write_results(metrics, args.out)
     print(summary(metrics))
+    from xmr.evaluation.metrics import saturated_recalls, saturation_note
+
+    if saturated := saturated_recalls(metrics):
+        print(saturation_note(saturated))
     return 0

@@ -22,7 +22,8 @@ def run(args):
     from xmr.config.loader import load_backbone_config, load_dataset_config
     from xmr.core.errors import XmrError
     from xmr.data import load_split
-    from xmr.planning.jobs import available_cpus, extract_workers
+    from xmr.core.cpus import available_cpus
+    from xmr.planning.jobs import extract_workers
 
     if args.threads is not None and args.threads < 1:
         raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")

@@ -1,6 +1,7 @@
 """xmr show: print results files as a table."""
 
 import json
+import sys
 
 HELP = ("print one or more results JSON files as a Markdown table (R@1/5/10 both directions, RSUM, how training "
         "ended, the test similarities' std and, for set methods, the sub-embeddings' correlation), or a run's epochs")
@@ -20,6 +21,10 @@ def add_arguments(p):
     p.add_argument("--rsum-tolerance", type=float, default=8.0,
                    help="with --expect: how far an RSUM may be (default 8: the widest gap between the demo's tables "
                         "under CPU kernel pins, docs/speed.md \"The table on another CPU\")")
+
+
+#: the files that make a folder a run directory, the first written from a training's first step (xmr.run.progress)
+RUN_FILES = ("train.json", "history.csv", "progress.json")
 
 
 def _is_results_file(path) -> bool:
@@ -55,15 +60,14 @@ def expand_folders(paths: list[str]) -> list[str]:
 
 
 def _is_run(path: str) -> bool:
-    """A run's ``train.json``, or a folder that holds one (or, while it trains, ``history.csv``) and no results
-    files (a run directory)."""
+    """A run's ``train.json``, or a folder that holds one (or, while it trains, ``history.csv`` or, from its first
+    step, ``progress.json``) and no results files (a run directory)."""
     from pathlib import Path
 
     p = Path(path)
     if not p.is_dir():
         return p.name == "train.json" and p.is_file()
-    return ((p / "train.json").is_file() or (p / "history.csv").is_file()) \
-        and not any(_is_results_file(f) for f in p.glob("*.json"))
+    return any((p / name).is_file() for name in RUN_FILES) and not any(_is_results_file(f) for f in p.glob("*.json"))
 
 
 def runs_below(path: str) -> list[str]:
@@ -74,20 +78,21 @@ def runs_below(path: str) -> list[str]:
     p = Path(path)
     if not p.is_dir() or _is_run(path) or any(_is_results_file(f) for f in p.glob("*.json")):
         return []
-    found = {f.parent for name in ("train.json", "history.csv") for f in p.rglob(name)}
+    found = {f.parent for name in RUN_FILES for f in p.rglob(name)}
     return [str(d) for d in sorted(found) if _is_run(str(d))]
 
 
 def run(args):
     from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
-                                   run_row)
+                                   run_row, saturation_notes)
 
     table = csv_table if args.csv else markdown_table
     runs = [p for p in args.results if _is_run(p)]
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}
     results = [p for p in args.results if p not in runs and p not in folders]
-    parts = [table(result_rows(expand_folders(results)))] if results else []
+    rows = result_rows(expand_folders(results)) if results else []
+    parts = [table(rows)] if results else []
     for r in runs:
         line, rows = run_history(r)
         parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")
@@ -95,6 +100,8 @@ def run(args):
         parts.append(table([run_row(r) for r in below], RUNS_COLUMNS))
     text = "\n".join(parts)
     print(text, end="")
+    if notes := saturation_notes(rows):  # under the table; beside a CSV, on stderr
+        print(notes, file=sys.stderr if args.csv else sys.stdout)
     if args.expect:
         from xmr.core.errors import XmrError
         from xmr.report.readme import check_rsums, read_section, table_rsums

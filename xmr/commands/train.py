@@ -14,6 +14,10 @@ def add_arguments(p):
     p.add_argument("--dataset", help="with --experiment: dataset (default: the experiment's first)")
     p.add_argument("--out-dir", help="run directory (checkpoints, history, config); with --run: that directory")
     p.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY.PATH=VALUE", help="config overrides")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="torch CPU threads of the training (the workflow passes the cores Snakemake gives the job); "
+                        "default: the run's train.threads, else torch's; never more than the CPUs this process may "
+                        "use")
     p.add_argument("--no-resume", action="store_true", help="start over even if OUT_DIR/last.pt exists")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--log", metavar="FILE",
@@ -47,6 +51,15 @@ def _source(args) -> list[str]:
 
 
 def run(args):
+    import os
+
+    from xmr.core.errors import XmrError
+
+    if args.threads is not None and args.threads < 1:
+        raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
+    # before torch (and its OpenMP) loads: threads that wait for each other sleep instead of spinning, so that a
+    # core another program holds does not stall every step (docs/pipeline.md)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.log:
         from xmr.core.progress import append_output_to
 
@@ -59,6 +72,8 @@ def run(args):
         child = ["train", *source] + ([] if args.run else ["--out-dir", args.out_dir])
         child += (["--set", *args.set] if args.set else []) + (["--no-resume"] if args.no_resume else [])
         child += ["--no-progress"] if args.no_progress else []
+        # the job's threads shared by the processes of a node
+        child += ["--threads", str(max(1, args.threads // args.nproc_per_node))] if args.threads else []
         child += ["--log", args.log] if args.log else []  # each process appends what it prints
         from xmr.run.lock import launcher_run_lock
 
@@ -68,6 +83,8 @@ def run(args):
     from xmr.train.trainer import train
 
     cfg = _config(args)
+    if args.threads:  # bookkeeping: not part of the run's digest, so a run resumes whatever cores it gets
+        cfg["train"]["threads"] = args.threads
     from xmr.run.config import command_line_epochs
 
     note = command_line_epochs(cfg, args.set)
@@ -91,7 +108,7 @@ def _config(args) -> dict:
         from xmr.studies.experiments import load_experiment, resolve_variant
 
         return resolve_variant(load_experiment(args.experiment), args.variant, args.dataset, extra=args.set)
-    return load_run_config(args.config, args.set)
+    return load_run_config(args.config, user_set=args.set)
 
 
 def check_inputs(cfg: dict) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from xmr.core.errors import XmrError
+from xmr.core.errors import XmrError, shown_path
 
 
 #: libyaml's safe loader where PyYAML was built with it: the same safe constructors (only the scanner and parser are C),
@@ -62,13 +62,13 @@ def _mapping(src: str, text: str) -> dict:
 
 def _text(path: Path) -> str:
     if not path.exists():
-        raise XmrError(f"{path}: config file not found")
+        raise XmrError(f"{shown_path(path)}: config file not found")
     return path.read_text()
 
 
 def load_yaml(path: str | os.PathLike) -> dict:
     path = Path(path)
-    return copy.deepcopy(_mapping(str(path), _text(path)))  # the caller's own: configs are merged and filled in place
+    return copy.deepcopy(_mapping(shown_path(path), _text(path)))  # the caller's own: configs are merged and filled in place
 
 
 def load_validated(path: str | os.PathLike, schema: str) -> dict:
@@ -97,7 +97,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 def _load_with_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     path = path.resolve()
     if path in seen:
-        raise XmrError(f"{path}: `extends` cycle")
+        raise XmrError(f"{shown_path(path)}: `extends` cycle")
     doc = load_yaml(path)
     parents = doc.pop("extends", [])
     parents = [parents] if isinstance(parents, str) else parents
@@ -214,13 +214,20 @@ def find_config_dir(start: Path) -> Path:
 
 
 def load_dataset_config(name_or_path: str, config_dir: str | os.PathLike = "config") -> dict:
+    """``config_dir/datasets/NAME.yaml`` (or a YAML file's path), validated; its ``name:`` must be its file's name,
+    which is how every command, target and suggested fix finds it again."""
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml"):
         p = Path(config_dir) / "datasets" / f"{name_or_path}.yaml"
+    p = Path(shown_path(p))
     if not p.exists():
         avail = sorted(x.stem for x in (Path(config_dir) / "datasets").glob("*.yaml"))
-        raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail)}")
-    return check_dataset_config(validate(_load_with_extends(p), "dataset", str(p)), str(p))
+        raise XmrError(f"dataset {name_or_path!r}: no {p}; known datasets: {', '.join(avail) or 'none'}")
+    cfg = check_dataset_config(validate(_load_with_extends(p), "dataset", str(p)), str(p))
+    if cfg["name"] != p.stem:
+        raise XmrError(f"{p}: name: {cfg['name']} differs from the file's name; set name: {p.stem} (or rename the "
+                       f"file to {cfg['name']}{p.suffix}, and the recipes' dataset: to {cfg['name']})")
+    return cfg
 
 
 def check_dataset_config(cfg: dict, src: str) -> dict:

@@ -63,8 +63,10 @@ def check_writable_dir(path: str | os.PathLike, what: str) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it into place only if the block succeeds."""
+def atomic_path(path: str | os.PathLike, suffix: str | None = None, fault: bool = True) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it into place only if the block succeeds. ``fault``: the
+    write is one of the fault suite's ``write`` points (False for a best-effort record such as a training's
+    progress.json, which the suite's write counts leave out)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
@@ -72,7 +74,8 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        fault_point("write")
+        if fault:
+            fault_point("write")
         if tmp_path.exists():  # mkstemp makes 0600; the file gets the mode an ordinary open() would give it
             os.chmod(tmp_path, _new_file_mode())
         os.replace(tmp_path, path)

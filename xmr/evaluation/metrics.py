@@ -49,3 +49,27 @@ def mean_of(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             out[key] = float(np.mean([r[key] for r in results]))
     return out
+
+
+def saturated_recalls(metrics: dict, ks: tuple[int, ...] = (1, 5, 10)) -> str | None:
+    """The R@K of one evaluation's ``metrics`` that are 100 by construction, because K reaches the gallery: text
+    to image when K >= the images per fold (the one right image is always in the top K), image to text when
+    K > captions per fold minus the image's own (one of its captions always is), e.g. ``t2i R@5, R@10 (5
+    images)``; None when none is (or for the class-level protocols, whose right answers are many)."""
+    if "rsum" not in metrics or not metrics.get("n_images") or not metrics.get("n_captions"):
+        return None
+    folds = len(metrics.get("folds") or ()) or 1
+    images, captions = metrics["n_images"] // folds, metrics["n_captions"] // folds
+    own = int(metrics.get("captions_per_image") or 1)
+    parts = []
+    for direction, reached, gallery in (("i2t", lambda k: k > captions - own, f"{captions} captions, {own} per image"),
+                                        ("t2i", lambda k: k >= images, f"{images} images")):
+        hit = [f"R@{k}" for k in ks if reached(k)]
+        if hit:
+            parts.append(f"{direction} {', '.join(hit)} ({gallery}{' per fold' if folds > 1 else ''})")
+    return "; ".join(parts) or None
+
+
+def saturation_note(saturated: str) -> str:
+    """The one line that says so: ``note: R@K with K >= the gallery's size is 100 by construction: ...``."""
+    return f"note: R@K with K >= the gallery's size is 100 by construction: {saturated}"

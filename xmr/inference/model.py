@@ -280,6 +280,18 @@ class Model:
             out.append(self.model.encode_text(_to(batch, self.device)).float().cpu())
         return _as_array(torch.cat(out))
 
+    def known_words(self, text: str) -> list[str] | None:
+        """The words of ``text`` (tokenized as :meth:`encode_text` does) that the model's vocabulary holds; any
+        other reads as ``<unk>``. None for a text encoder without a word vocabulary (BERT's word pieces spell any
+        text)."""
+        from xmr.data.karpathy import tokenize_for
+
+        words = getattr(getattr(self.model.text, "vocab", None), "words", None)
+        if not words:
+            return None
+        vocab = set(words)
+        return [t for t in tokenize_for(text, vocab) if t.lower() in vocab]
+
     @torch.no_grad()
     def encode_image(self, images: Any = None, num_regions: Any = None, *, features: str | os.PathLike | None = None,
                      rows: Sequence[int] | None = None) -> np.ndarray:

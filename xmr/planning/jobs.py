@@ -5,7 +5,6 @@ tested in tests/test_run_key.py and tests/test_doctor.py."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from xmr.core.errors import XmrError
@@ -50,14 +49,6 @@ def job_resource(resources: dict, kind: str, key: str, dataset: str = "", split:
             if key in (table.get(k) or {}):
                 return table[k][key]
     raise XmrError(f"config/config.yaml: resources.default.{kind}.{key} is not set")
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on: its affinity (a SLURM job's allocation, a `taskset`), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity API (macOS)
-        return os.cpu_count() or 1
 
 
 #: the most decoding processes an extraction starts by itself: a hand run on a large shared node (no affinity)

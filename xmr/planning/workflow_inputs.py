@@ -135,12 +135,12 @@ def run_config(key: RunKey, extra: Iterable[str] = (), config_dir: str | Path = 
         return resolve_variant(_experiment(key.name, key.dataset, config_dir), key.variant, key.dataset, extra=list(extra))
     if key.kind == "benchmark":
         bench = _benchmark(key, config_dir)
-        return load_run_config(bench.recipe_path(key.variant), bench.train_overrides(key.variant, key.seed)
-                               + list(extra))
+        return load_run_config(bench.recipe_path(key.variant), bench.train_overrides(key.variant, key.seed),
+                               user_set=extra)
     path = recipe_path(key.dataset, key.name, config_dir)
     if not Path(path).exists():
         parse_target(key.dataset, key.name, config_dir)  # the one-line error listing the dataset's recipes
-    return load_run_config(path, extra)
+    return load_run_config(path, user_set=extra)
 
 
 def parse_result(dataset: str, result: str, config_dir: str | Path = "config") -> tuple[RunKey, list[str]]:

@@ -3,8 +3,10 @@
 
 Sections: results (xmr next to the paper's numbers for the same setting), the papers' numbers, training curves,
 experiments (config/experiments), FR scale sensitivity, retrieval examples, sub-embeddings (DVSE Figs. 6 and 10).
-What is not there yet (a method not trained, an experiment not run) becomes a note; settings in
-``config/report.yaml``; see docs/report.md.
+What is not there yet (a method not trained, an experiment not run) becomes a note; the sections about given
+recipes (FR grid, sub-embeddings) are left out where none of them is trained. Every recipe results file there is
+is shown, whether config/report.yaml lists the recipe or not. Settings in ``config/report.yaml``; see
+docs/report.md.
 """
 
 from __future__ import annotations
@@ -81,6 +83,26 @@ def _result_paths(dataset: str, recipes: list[str], rerank: list[str],
     return found, missing
 
 
+def results_present(dataset: str, results_root: Path, config_dir: Path) -> list[tuple[str, Path]]:
+    """(recipe, file) of every recipe results file there is, ``results/{dataset}/{recipe}[_{reranker}].json``
+    (the demo's ``dvse_demo*.json`` included): the report shows them, whether config/report.yaml lists the recipe
+    or not. Other JSON files there (summaries, tables) name no recipe and are left out."""
+    from xmr.run.layout import parse_target
+    from xmr.report.tables import results_kind
+
+    found = []
+    for path in sorted((results_root / dataset).glob("*.json")):
+        if path.name.endswith(".metrics.json"):
+            continue
+        try:
+            recipe, _ = parse_target(dataset, path.stem, config_dir)
+            if results_kind(read_json(path)) == "results":
+                found.append((recipe, path))
+        except XmrError:
+            continue
+    return found
+
+
 def _metric_cells(row: dict, rp: bool) -> list[str]:
     cells = [fmt(row.get(c)) for c in RECALLS]
     if rp:
@@ -89,12 +111,14 @@ def _metric_cells(row: dict, rp: bool) -> list[str]:
 
 
 def results_section(dataset: str, settings: dict, recipes: list[str], results_root: Path,
-                    runs_root: Path) -> tuple[Section, list[dict]]:
-    """The main table: each trained recipe x re-ranker, with the paper's row for the same setting under it."""
+                    runs_root: Path, present: list[tuple[str, Path]] = ()) -> tuple[Section, list[dict]]:
+    """The main table: each trained recipe x re-ranker, with the paper's row for the same setting under it;
+    ``present``: the other results files there are (:func:`results_present`), shown too."""
     from xmr.report.paper import match_entry, paper_entries, paper_row
 
     sec = Section(f"Results on {dataset}")
     paths, missing = _result_paths(dataset, recipes, settings["rerank"], results_root)
+    paths += [p for _, p in present if p not in paths]  # after the configured ones, by name
     rows = result_rows(paths, runs_root, all_protocols=True)
     if not rows:
         sec.note(f"No results on {dataset} yet: build them with `snakemake -c2 "
@@ -223,14 +247,21 @@ def experiments_sections(dataset: str, names: list[str], results_root: Path, run
     return sections
 
 
-def fr_grid_section(dataset: str, settings: dict, results_root: Path, runs_root: Path, out: Path) -> Section:
+def _trained(dataset: str, recipe: str, runs_root: Path) -> bool:
+    return (RunKey.recipe(dataset, recipe).run_dir(runs_root) / "best.pt").exists()
+
+
+def fr_grid_section(dataset: str, settings: dict, results_root: Path, runs_root: Path, out: Path) -> Section | None:
+    """The FR grid of each configured recipe that is trained (or has its grid); None when none is."""
     from xmr.report.fr_grid import plot_fr_grid
 
     sec = Section("FR scale sensitivity (DVSE Fig. 7)")
     fg = settings["fr_grid"]
-    if not fg["recipes"]:
-        sec.note("No recipe configured (config/report.yaml `fr_grid.recipes`).")
-    for recipe in fg["recipes"]:
+    recipes = [r for r in fg["recipes"] if _trained(dataset, r, runs_root)
+               or (fr_grid_dir(dataset, r, fg["split"], results_root) / "fr_grid.json").exists()]
+    if not recipes:
+        return None
+    for recipe in recipes:
         path = fr_grid_dir(dataset, recipe, fg["split"], results_root) / "fr_grid.json"
         if not path.exists():
             sec.note(f"{recipe}: no FR grid yet; build it with `snakemake -c2 {path}`.")
@@ -262,7 +293,7 @@ def examples_section(dataset: str, settings: dict, rows: list[dict], runs_root: 
         best = max(head.values(), key=lambda r: r["RSUM"], default=None)
         recipe = best["recipe"] if best else None
     if recipe is None:
-        sec.note("No trained run to show examples from.")
+        sec.note("No plain (not re-ranked) results to show examples from.")
         return sec
     run = RunKey.recipe(dataset, recipe).run_dir(runs_root)
     sims = run / "test_sims.npy"
@@ -286,19 +317,18 @@ def examples_section(dataset: str, settings: dict, rows: list[dict], runs_root: 
     return sec
 
 
-def subembeddings_section(dataset: str, settings: dict, runs_root: Path, out: Path) -> Section:
+def subembeddings_section(dataset: str, settings: dict, runs_root: Path, out: Path) -> Section | None:
+    """The sub-embeddings of each configured set-based recipe that is trained; None when none is."""
     from xmr.report.dvse_figures import plot_subembedding_correlation, subembedding_correlation
     from xmr.report.figures import attention_figure
 
     sec = Section("Sub-embeddings (DVSE Figs. 6 and 10)")
     se = settings["subembeddings"]
-    if not se["recipes"]:
-        sec.note("No set-based recipe configured (config/report.yaml `subembeddings.recipes`).")
-    for recipe in se["recipes"]:
+    recipes = [r for r in se["recipes"] if _trained(dataset, r, runs_root)]
+    if not recipes:
+        return None
+    for recipe in recipes:
         run = RunKey.recipe(dataset, recipe).run_dir(runs_root)
-        if not (run / "best.pt").exists():
-            sec.note(f"{recipe}: not trained on {dataset} yet ({run / 'best.pt'}).")
-            continue
         try:
             png = out / f"{dataset}_attention_{recipe}.png"
             info = attention_figure(run, png, se["images"], se["seed"])
@@ -336,19 +366,24 @@ def build_report(datasets: list[str], out_dir: str | os.PathLike, config_dir: st
     for ds in datasets:
         settings = report_settings(ds, config_dir)
         recipes = report_methods(ds, settings, config_dir)
-        sec, rows = results_section(ds, settings, recipes, results_root, runs_root)
+        present = results_present(ds, results_root, config_dir)
+        sec, rows = results_section(ds, settings, recipes, results_root, runs_root, present)
         report.sections.append(sec)
         report.sections.append(paper_section(ds))
         if settings["curves"]:
-            report.sections.append(curves_section(ds, recipes, runs_root, out))
+            shown = list(dict.fromkeys([*recipes, *(r for r, _ in present)]))
+            report.sections.append(curves_section(ds, shown, runs_root, out))
         if settings["experiments"]:
             report.sections.append(Section(f"Experiments on {ds}", [Block("text", "Sweeps and ablations "
                                            "(config/experiments); every variant is its own training run.")]))
             report.sections += experiments_sections(ds, settings["experiments"], results_root, runs_root, out,
                                                     config_dir)
-        report.sections.append(fr_grid_section(ds, settings, results_root, runs_root, out))
-        report.sections.append(examples_section(ds, settings, rows, runs_root, out))
-        report.sections.append(subembeddings_section(ds, settings, runs_root, out))
+        # a section about recipes none of which is trained here (DVSE's figures on a dataset of one's own) is left out
+        for section in (fr_grid_section(ds, settings, results_root, runs_root, out),
+                        examples_section(ds, settings, rows, runs_root, out) if rows else None,
+                        subembeddings_section(ds, settings, runs_root, out)):
+            if section is not None:
+                report.sections.append(section)
     return report
 
 

@@ -142,6 +142,11 @@ CSV_COLUMNS = ["experiment", "dataset", "variant", "value", "rerank", "method", 
                "RSUM", "i2t R-P", "t2i R-P", "best_epoch", "train (min)"]
 
 
+def bar_rerankers(rerank: list[str], by_variant: dict[str, dict[str, dict]]) -> list[str]:
+    """The re-rankers of a bar chart: those with an RSUM for at least one variant, in the experiment's order."""
+    return [rr for rr in rerank if any(by_variant[v].get(rr, {}).get("RSUM") is not None for v in by_variant)]
+
+
 def plot_experiment(exp: Experiment, rows: list[dict], out_png: str | os.PathLike, title: str | None = None) -> None:
     """Line plot of RSUM and R@1 vs the swept value (sweeps) or grouped RSUM bars (ablations, comparisons)."""
     import matplotlib
@@ -187,18 +192,22 @@ def plot_experiment(exp: Experiment, rows: list[dict], out_png: str | os.PathLik
                 ax.legend(fontsize=7)
     else:
         variants = list(by_variant)
-        n_rr = len(exp.rerank)
+        shown = bar_rerankers(exp.rerank, by_variant)  # a partial table: no empty legend entries, no gaps
+        n_rr = len(shown)
         width = 0.8 / max(1, n_rr)
         fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(variants) * n_rr + 2), 4.0))
         x = np.arange(len(variants))
-        for i, rr in enumerate(exp.rerank):
+        for i, rr in enumerate(shown):
             vals = [by_variant[v].get(rr, {}).get("RSUM") for v in variants]
             heights = [np.nan if h is None else h for h in vals]
             bars = ax.bar(x + (i - (n_rr - 1) / 2) * width, heights, width, label=rerank_label(rr),
-                          color=colours[i % len(colours)])
-            if n_rr * len(variants) <= 40:
-                ax.bar_label(bars, labels=[fmt(h) for h in vals], fontsize=6, rotation=90, padding=2)
-        ax.set_xticks(x, variants, rotation=30, ha="right", fontsize=8)
+                          color=colours[exp.rerank.index(rr) % len(colours)])
+            if n_rr * len(variants) <= 40:  # a label on each bar there is, none where a bar is missing
+                ax.bar_label(bars, labels=["" if h is None else fmt(h) for h in vals], fontsize=6, rotation=90,
+                             padding=2)
+        ax.set_xlim(-0.6, len(variants) - 0.4)  # one variant: its bars in the middle, not at an edge
+        ax.set_xticks(x, variants, rotation=30 if len(variants) > 1 else 0, ha="right" if len(variants) > 1
+                      else "center", fontsize=8)
         ax.set_ylabel("RSUM")
         ax.margins(y=0.18)
         ax.grid(axis="y", alpha=0.3)

@@ -50,16 +50,31 @@ def plot_training_curves(histories: dict[str, list[dict[str, float]]], out_png: 
             axes[1].plot([e for e, _ in loss], [v / loss[0][1] for _, v in loss], marker=".", label=name)
     axes[0].set_ylabel("validation RSUM")
     axes[1].set_ylabel("training loss / loss of epoch 1")
-    _finish_epoch_axes(axes)
+    epochs = [r["epoch"] for rows in histories.values() for r in rows if "epoch" in r]
+    _finish_epoch_axes(axes, epochs)
     fig.suptitle(title or "training curves", fontsize=10)
     fig.tight_layout()
     _save(fig, out_png)
 
 
-def _finish_epoch_axes(axes) -> None:
+def epoch_axis(epochs: list[float]) -> tuple[tuple[float, float], list[int]] | None:
+    """x-limits and ticks of an epoch axis: whole epochs only, half an epoch of room either side, so that one
+    epoch is one point at tick 1 (not ticks 0.96 ... 1.04); None where there are no epochs."""
+    if not epochs:
+        return None
+    lo, hi = int(min(epochs)), int(max(epochs))
+    step = max(1, -(-(hi - lo + 1) // 10))  # at most ~10 ticks
+    return (lo - 0.5, hi + 0.5), list(range(lo, hi + 1, step))
+
+
+def _finish_epoch_axes(axes, epochs: list[float] = ()) -> None:
+    axis = epoch_axis(list(epochs))
     for ax in axes:
         ax.set_xlabel("epoch")
         ax.grid(alpha=0.3)
+        if axis:
+            ax.set_xlim(*axis[0])
+            ax.set_xticks(axis[1])
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=2)
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 
 from xmr.run.layout import RUNS_ROOT, RunKey
 from xmr.core.io import read_json
+from xmr.evaluation.metrics import saturated_recalls, saturation_note
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
 # `xmr show` (the demo's table): also how training ended (epochs, plateau / cap), the test matrix's spread and, for
@@ -145,8 +146,19 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
                              "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                              "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
                              "test sim. std": _std_text(r.get("similarity_spread")),
-                             "set corr.": _set_text(r.get("set_statistics"))})
+                             "set corr.": _set_text(r.get("set_statistics")),
+                             "saturated": saturated_recalls(protocols.get(name, r))})
     return rows
+
+
+def saturation_notes(rows: list[dict]) -> str | None:
+    """The note under a results table whose rows have recalls that are 100 by construction (:func:`saturated_recalls`),
+    said once per distinct gallery, naming its targets."""
+    targets: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get("saturated"):
+            targets.setdefault(row["saturated"], []).append(row["target"])
+    return "\n".join(f"{saturation_note(s)} (in {', '.join(dict.fromkeys(t))})" for s, t in targets.items()) or None
 
 
 def _std_text(spread: dict | None) -> str | None:
@@ -196,12 +208,9 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
     directory or that file); a run directory without one yet (training, or stopped before its end) shows the
     epochs of its ``history.csv``."""
     path = Path(run) / "train.json" if Path(run).is_dir() else Path(run)
-    if not path.exists() and (path.parent / "history.csv").is_file():
-        from xmr.core.io import read_history
-
-        rows = _history_rows(read_history(path.parent))
-        return (f"{path.parent}: no train.json yet (training, or stopped before its end): {len(rows)} epoch(s) "
-                f"in history.csv"), rows
+    if not path.exists() and _in_training(path.parent):
+        rows = _history_rows(_finished_epochs(path.parent))
+        return _training_line(path.parent, len(rows)), rows
     s = _train_summary(path)
     rows = _history_rows(s["history"])
     ended = f", ended by {s['stopped_by']}" if s.get("stopped_by") else ""
@@ -210,6 +219,37 @@ def run_history(run: str | os.PathLike) -> tuple[str, list[dict]]:
             f"validation RSUM {_num(s.get('best_val_rsum'), '.1f')} at epoch {s['best_epoch']}; "
             f"{_num(s.get('train_seconds'), '.0f')} s of training")
     return line, rows
+
+
+def _in_training(run_dir: Path) -> bool:
+    """A run directory without train.json that has begun training: its progress.json or history.csv."""
+    from xmr.run.progress import PROGRESS
+
+    return (run_dir / PROGRESS).is_file() or (run_dir / "history.csv").is_file()
+
+
+def _finished_epochs(run_dir: Path) -> list[dict]:
+    from xmr.core.io import read_history
+
+    return read_history(run_dir) if (run_dir / "history.csv").is_file() else []
+
+
+def _training_line(run_dir: Path, epochs: int) -> str:
+    """A run still training (or stopped before its end): what it trains (config.yaml), its finished epochs
+    (history.csv) and, from its first step, where it is (progress.json)."""
+    from xmr.config.loader import load_yaml
+    from xmr.run.progress import progress_text, read_progress
+
+    cfg = load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+    what = f" {cfg.get('method', '?')} (recipe {cfg.get('name', '?')}) on {cfg.get('dataset', '?')};" if cfg else ""
+    line = (f"{run_dir}:{what} no train.json yet (training, or stopped before its end): {epochs} epoch(s) in "
+            f"history.csv")
+    progress = read_progress(run_dir)
+    if progress:
+        import time
+
+        line += f"; at {progress_text(progress)} ({time.time() - progress['written_at']:.0f} s ago)"
+    return line
 
 
 # `xmr show runs/DATASET/` (or runs/): one row per run directory below the folder
@@ -221,12 +261,14 @@ def run_row(run_dir: str | os.PathLike) -> dict[str, Any]:
     ended, from its ``history.csv`` (the best validation RSUM so far)."""
     run_dir = Path(run_dir)
     if not (run_dir / "train.json").exists():
-        from xmr.core.io import read_history
+        from xmr.config.loader import load_yaml
 
-        hist = read_history(run_dir)
+        hist = _finished_epochs(run_dir)
         best = max(hist, key=lambda h: h.get("val_rsum", float("-inf")), default={})
-        return {"run": str(run_dir), "epochs": len(hist), "ended by": "(no train.json yet)",
-                "best val RSUM": best.get("val_rsum"), "best epoch": _num(best.get("epoch"), ".0f")}
+        cfg = load_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").is_file() else {}
+        return {"run": str(run_dir), "method": cfg.get("method"), "recipe": cfg.get("name"), "epochs": len(hist),
+                "ended by": "(no train.json yet)", "best val RSUM": best.get("val_rsum"),
+                "best epoch": _num(best.get("epoch"), ".0f")}
     s = _train_summary(run_dir / "train.json")
     return {"run": str(run_dir), "method": s.get("method"), "recipe": s.get("recipe"),
             "epochs": s.get("epochs_trained", len(s["history"])), "ended by": s.get("stopped_by"),

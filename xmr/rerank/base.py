@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
+from xmr.core.cpus import available_cpus
 from xmr.core.errors import XmrError
 from xmr.core.lazy import is_tensor, torch  # imported on first use: the registry loads without torch (xmr/core/lazy.py)
 from xmr.core.registry import Registry
@@ -62,7 +63,7 @@ def cpu_threads() -> int:
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return available_cpus()
 
 
 def full(s: slice, n: int) -> slice:

@@ -69,25 +69,51 @@ def _validate_run(cfg: dict, src: str) -> dict:
     return validate(cfg, schema, src)
 
 
-def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None) -> dict:
+def load_run_config(path: str | os.PathLike, overrides: Iterable[str] = (), sections: dict | None = None,
+                    user_set: Iterable[str] = ()) -> dict:
     """Load, resolve and validate a run config; attaches ``dataset_cfg`` and ``backbone_cfg``. ``sections``
     (nested dict, e.g. what an imported checkpoint fixes) are merged over the file and the overrides before
-    validation."""
+    validation. ``user_set``: the command line's ``--set KEY.PATH=VALUE`` items, applied last; a key or value
+    of theirs that the schemas refuse is an error naming ``--set`` and the item, not the recipe file."""
     path = Path(path)
-    cfg = apply_overrides(_load_with_extends(path), overrides)
+    user_set = list(user_set)
+    base = apply_overrides(_load_with_extends(path), overrides)
     if sections:
+        base = deep_merge(base, sections)
+    base.setdefault("name", path.stem)
+    cfg = apply_overrides(base, user_set)
+    if sections:  # what the checkpoint fixes stands over --set too
         cfg = deep_merge(cfg, sections)
-    cfg.setdefault("name", path.stem)
     if retired := _retired(cfg):
         sec, key = retired[0]
         raise XmrError(f"{path}: {sec}.{key}: not a setting any more ({RETIRED_KEYS[sec, key]}); remove it from the "
                        f"recipe (or the file it extends) and from --set")
-    _validate_run(cfg, str(path))
+    try:
+        _validate_run(cfg, str(path))
+    except XmrError:
+        if user_set:
+            _blame_user_set(base, user_set, sections, str(path))
+        raise
     config_dir = find_config_dir(path.resolve().parent)
     cfg["dataset_cfg"] = load_dataset_config(cfg["dataset"], config_dir)
     if cfg.get("features", {}).get("backbone"):
         cfg["backbone_cfg"] = load_backbone_config(cfg["features"]["backbone"], config_dir)
     return cfg
+
+
+def _blame_user_set(base: dict, user_set: list[str], sections: dict | None, src: str) -> None:
+    """Raise the validation error of the first ``--set`` item that makes ``base`` invalid, as ``--set ITEM: ...``;
+    return when ``base`` is invalid without them (then the recipe's own error stands)."""
+    try:
+        _validate_run(copy.deepcopy(base), src)
+    except XmrError:
+        return
+    for n, item in enumerate(user_set, 1):
+        cfg = apply_overrides(base, user_set[:n])
+        try:
+            _validate_run(deep_merge(cfg, sections) if sections else cfg, src)
+        except XmrError as e:
+            raise XmrError(f"--set {item}: {str(e).removeprefix(f'{src}: ')}") from None
 
 
 # -- saved runs ------------------------------------------------------------------------------------------------

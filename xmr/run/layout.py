@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmr.core.errors import XmrError
+from xmr.core.errors import XmrError, shown_path
 from xmr.settings.run_settings import feature_file  # noqa: F401 - feature files: named in xmr.settings.run_settings
 
 RUNS_ROOT = "runs"
@@ -221,7 +221,7 @@ def parse_target(dataset: str, target: str, config_dir: str | Path = "config") -
             return base, suffix
     known = sorted(p.stem for p in recipes.glob("*.yaml"))
     ens = sorted(p.stem for p in ensembles.glob("*.yaml"))
-    raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {recipes / (target + '.yaml')} "
+    raise XmrError(f"no recipe for results/{dataset}/{target}.json: expected {shown_path(recipes / (target + '.yaml'))} "
                    f"(recipes for {dataset}: {', '.join(known) or 'none'}"
                    + (f"; ensembles: {', '.join(ens)}" if ens else "")
                    + f"; re-ranker suffixes: {', '.join(rerankers)})")

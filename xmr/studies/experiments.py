@@ -283,7 +283,7 @@ def resolve_variant(exp: Experiment, variant: str, dataset: str | None = None,
     if not Path(rpath).exists():
         raise XmrError(f"{exp.path}: recipe{'s' if exp.kind == 'recipes' else ''}: no recipe {rpath}")
     if exp.kind == "recipes":
-        return load_run_config(rpath, extra)
+        return load_run_config(rpath, user_set=extra)
     base = load_run_config(rpath)
     for where, over in (("overrides", exp.common_overrides), (f"variants.{variant}", exp.variants[variant])):
         for key in over:
@@ -293,7 +293,7 @@ def resolve_variant(exp: Experiment, variant: str, dataset: str | None = None,
     overrides = _override_strings(exp.overrides_of(variant)) + [f"name={json.dumps(exp.run_name(variant))}"]
     desc = ", ".join(f"{k}={json.dumps(v)}" for k, v in exp.overrides_of(variant).items()) or "recipe as is"
     overrides.append(f"description={json.dumps(f'experiment {exp.name}, variant {variant}: {desc}')}")
-    return load_run_config(rpath, overrides + list(extra))
+    return load_run_config(rpath, overrides, user_set=extra)
 
 
 # a run config's keys that name or describe the run without changing what it trains

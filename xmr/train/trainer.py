@@ -7,7 +7,8 @@ Its parts, in the order :func:`train` runs them: :func:`set_up` (data, model, op
 
 ``train(cfg, out_dir)`` writes into ``out_dir``: ``config.yaml`` (resolved config), ``last.pt`` (every
 epoch), ``best.pt`` (best validation RSUM), ``history.csv`` (per-epoch loss and validation metrics) and
-``train.json`` (summary incl. the MLflow run id). A killed run started again continues from ``last.pt`` (when
+``train.json`` (summary incl. the MLflow run id); ``progress.json`` (:mod:`xmr.run.progress`) says where it is
+from the first step on. A killed run started again continues from ``last.pt`` (when
 its config and its inputs, the training split's :class:`xmr.run.inputs.RunInputs`, are those ``last.pt`` was
 written with); per-epoch reseeding makes the resumed run identical to an uninterrupted one on CPU. ``last.pt``
 also holds the best weights (``best_model``, when the last epoch was not the best), so a resumed run rebuilds a
@@ -43,6 +44,7 @@ from xmr.core.progress import eta, log_line
 from xmr.core.reproducibility import use_deterministic_algorithms
 from xmr.run.inputs import RunInputs
 from xmr.run.lock import process_run_lock
+from xmr.run.progress import PROGRESS, ProgressRecord
 from xmr.settings.run_settings import Batching, RunSettings, TextInput, run_settings
 from xmr.run.tracking import Tracker, git_commit, metrics_to_flat
 from xmr.train import distributed as dist
@@ -50,6 +52,7 @@ from xmr.train import stopping
 from xmr.train.samplers import (CaptionTexts, ImageBatchSampler, ImageIndexedCollate, ImageIndexedPairs,
                                  OnePerClassBatchSampler, caption_texts, check_batching, positive_mask)
 from xmr.train.schedule import lr_factor
+from xmr.core.cpus import available_cpus
 from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator
 
 
@@ -310,6 +313,7 @@ class TrainRun:
     dataset: Any = None
     steps_per_epoch: int = 0
     sync_every: int = 1
+    progress: ProgressRecord | None = None  # progress.json: where training is, for `xmr show` (main process)
 
     @property
     def last(self) -> Path:
@@ -322,12 +326,11 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
     device = resolve_device(proc.device) if not ctx.enabled else ctx.device
     if ctx.is_main:  # before loading data and models: a read-only or missing disk fails in one line, at once
         check_writable_dir(out, "training output directory (--out-dir)")
-        for name in ("config.yaml", checkpoint_files.LAST, checkpoint_files.BEST, "history.csv", "train.json"):
+        for name in ("config.yaml", checkpoint_files.LAST, checkpoint_files.BEST, "history.csv", "train.json", PROGRESS):
             remove_stale_temps(out / name)  # a kill inside an atomic write leaves its temporary file
     if device.type == "cpu":
         tune_cpu_allocator()  # avoids re-faulting activations every step (see xmr.core.utils)
-    if proc.threads:
-        torch.set_num_threads(proc.threads)  # e.g. several runs sharing a machine: OpenMP oversubscription
+    torch.set_num_threads(training_threads(proc.threads))
     if settings.image.end_to_end:
         settings.image.preparation  # noqa: B018 - decided and checked now, before any data is read
     stopping.check_settings(settings.stopping, settings.schedule, settings.validation, settings.name)
@@ -335,6 +338,18 @@ def prepare_process(settings: RunSettings, out: Path, ctx) -> torch.device:
     if proc.deterministic:
         use_deterministic_algorithms(warn_only=True, fill_uninitialized_memory=proc.fill_uninitialized_memory)
     return device
+
+
+def training_threads(asked: int | None) -> int:
+    """torch's CPU threads for a training: ``asked`` (``xmr train --threads``, the cores Snakemake gives the job, or
+    ``train.threads``), else torch's default (``$OMP_NUM_THREADS``, else one per core), never more than the CPUs
+    this process may run on (a SLURM allocation, a ``taskset``): more threads than cores oversubscribe them. One
+    inter-op thread: a training runs one operator at a time."""
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # set already, or inter-op work has run in this process (an in-process test)
+        pass
+    return max(1, min(asked or torch.get_num_threads(), available_cpus()))
 
 
 def set_up(cfg: dict, out: Path, ctx) -> TrainRun:
@@ -424,6 +439,9 @@ def start_epochs(run: TrainRun, state: TrainState) -> None:
     run.sync_every = host_sync_every(run.device)
     run.stepper.check_finite = run.sync_every == 1
     run.stepper.plateau_drops = state.stopping["lr_drops"]
+    run.progress = ProgressRecord(run.out, ctx.is_main)
+    if state.epoch + 1 < run.max_epochs:  # from the first step on, `xmr show` has the run's config and where it is
+        run.progress.write(state.epoch + 2, run.max_epochs, 0, run.steps_per_epoch, None)
 
 
 def run_tags(run: TrainRun) -> dict[str, Any]:
@@ -494,6 +512,8 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
         seen += len(batch["image_index"]) * ctx.world_size
         loss_sum += loss
         nb += 1
+        if run.progress.due():
+            run.progress.write(epoch + 1, run.max_epochs, it + 1, steps, loss_sum.item() / nb)
         if sync_every > 1:
             nonfinite |= ~torch.isfinite(loss)
             if (it + 1) % sync_every == 0:
@@ -512,6 +532,7 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
     bar.close()
     if sync_every > 1 and checked < nb:  # never a checkpoint of weights a non-finite step touched
         _check_finite(nonfinite, epoch, checked, nb - 1, last, sync_every)
+    run.progress.write(epoch + 1, run.max_epochs, nb, steps, loss_sum.item() / max(1, nb))
     return {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
             "samples_per_s": seen / max(1e-9, time.time() - t0), "lr": run.optimizer.param_groups[0]["lr"],
             "seconds": time.time() - t0}
@@ -597,7 +618,7 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
     return {"recipe": cfg["name"], "method": cfg["method"], "dataset": cfg["dataset"],
             "best_epoch": state.best_epoch, "best_val_rsum": state.best_rsum,
             "epochs": cfg["train"]["epochs"], "mlflow_run_id": state.run_id, "experiment": experiment,
-            "train_seconds": sum(r.get("seconds", 0) for r in state.history),
+            "train_seconds": sum(r.get("seconds", 0) for r in state.history), "cpu_threads": torch.get_num_threads(),
             **stopping.summary(state.stopping, len(state.history), run.settings.stopping),
             "val_similarity": state.best_val_similarity,
             "history": state.history}
