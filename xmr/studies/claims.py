@@ -126,11 +126,9 @@ def claim_rows(bench, records: list[dict], differences: dict | None = None, resu
     return rows
 
 
-def joint_family_rows(bench, results_root=None) -> list[dict]:
-    """Unadjusted rows of the claims of every other benchmark file beside ``bench`` (same folder, same dataset) that
-    belong to one of ``bench``'s families: Holm's rule adjusts a family as one across the files. Their runs may be
-    missing (*not run*: counted at p = 1)."""
-    from xmr.studies.benchmark import gather, load_benchmark
+def joint_family_benchmarks(bench) -> list:
+    """The other benchmark files beside ``bench`` (same folder, same dataset) with a claim in one of its families."""
+    from xmr.studies.benchmark import load_benchmark
 
     families = {c["family"] for c in bench.claims}
     out = []
@@ -138,8 +136,19 @@ def joint_family_rows(bench, results_root=None) -> list[dict]:
         if path.stem == bench.name:
             continue
         other = load_benchmark(path, bench.config_dir)
-        if other.dataset != bench.dataset or not any(c["family"] in families for c in other.claims):
-            continue
+        if other.dataset == bench.dataset and any(c["family"] in families for c in other.claims):
+            out.append(other)
+    return out
+
+
+def joint_family_rows(bench, results_root=None) -> list[dict]:
+    """Unadjusted rows of the claims of :func:`joint_family_benchmarks` in ``bench``'s families: Holm's rule
+    adjusts a family as one across the files. Their runs may be missing (*not run*: counted at p = 1)."""
+    from xmr.studies.benchmark import gather
+
+    families = {c["family"] for c in bench.claims}
+    out = []
+    for other in joint_family_benchmarks(bench):
         records = gather(other, results_root, strict=False) if results_root is not None else \
             gather(other, strict=False)
         out += [r for r in claim_rows(other, records, {}, results_root, query=False, missing_ok=True)
@@ -301,4 +310,4 @@ def claims_markdown(claims: list[dict], n_seeds: int, bench: Any = None, differe
 
 
 __all__ = ["ALPHA", "HOLDS", "REVERSED", "NO_EFFECT", "UNDERPOWERED", "verdict", "decision", "claim_rows",
-           "joint_family_rows", "adjust_families", "judge_claims", "claims_markdown", "source_text"]
+           "joint_family_benchmarks", "joint_family_rows", "adjust_families", "judge_claims", "claims_markdown", "source_text"]
