@@ -608,3 +608,40 @@ def test_a_claims_primary_metric_can_be_a_dotted_path_into_the_results(bench_dir
     c = claims["a ranks the true images higher"]
     assert c["diff"] == pytest.approx(11.0) and c["se"] == pytest.approx(math.sqrt(5 / 3))
     assert claims["the whole split too"]["verdict"] == "not measured"  # no such number in the results files
+
+
+def test_a_claim_between_recipes_is_judged_as_contribution_and_as_recipe(bench_dir):
+    """b's recipe differs from a's in optim.grad_clip (1.0, declared vsepp's own, not its contribution) and
+    optim.weight_decay (0.001, declared its contribution). With `contribution: true` the claim "b beats a" is judged
+    twice: contribution, b's recipe with a's grad_clip (variant b_as_a, its runs planned like any other) against a,
+    in the claim's family; recipe, b as published, in family all_recipe. b_as_a 310..312 vs a 300..304: +9, Welch
+    SE sqrt(5/3), alone in its family -> holds; b 290..292 vs a: -11 -> a gain ruled out, upper bound < 0: reversed."""
+    cfg = bench_dir / "config"
+    recipe = cfg / "recipes" / "toy" / "b.yaml"
+    recipe.write_text(recipe.read_text() + "\noptim: {grad_clip: 1.0, weight_decay: 0.001}\n")
+    (cfg / "method_settings.yaml").write_text(yaml.safe_dump({"vsepp": {
+        "optim.grad_clip": {"value": 1.0, "source": "its code's --grad_clip 1"},
+        "optim.weight_decay": {"value": 0.001, "source": "its paper §3", "contribution": True}}}))
+    path = cfg / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["contribution"] = True
+    doc["claims"] = [{"claim": "b beats a", "source": "T1", "better": "b", "worse": "a"}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    bench = load_benchmark(path)
+    assert bench.variants["b_as_a"]["set"] == {"model.embed_dim": 8, "optim.grad_clip": 2.0}
+    assert bench.run_config("b_as_a", 0)["optim"]["weight_decay"] == 0.001  # the contribution stays
+    for seed, rsum in enumerate((310, 311, 312)):
+        res = bench_dir / "results" / "toy" / "bench" / "bench" / "b_as_a" / f"s{seed}.json"
+        res.parent.mkdir(parents=True, exist_ok=True)
+        res.write_text(json.dumps({"by_rerank": {"none": result(rsum, 120), "fr": result(rsum, 120)}}))
+    r = run_xmr("benchmark-table", "--benchmark", path, "--results-root", bench_dir / "results", "--runs-root",
+                bench_dir / "runs", "--out-dir", bench_dir / "out", cwd=bench_dir)
+    assert r.returncode == 0, r.stderr
+    rows = {(c["claim"], c["judged"]): c for c in json.loads((bench_dir / "out" / "bench.json").read_text())["claims"]}
+    contribution, recipe = rows[("b beats a", "contribution")], rows[("b beats a", "recipe")]
+    assert contribution["better"] == "b_as_a" and contribution["family"] == "all" and recipe["family"] == "all_recipe"
+    assert contribution["diff"] == pytest.approx(9.0) and contribution["se"] == pytest.approx(math.sqrt(5 / 3))
+    assert contribution["p_holm"] == pytest.approx(contribution["p"]) and contribution["verdict"] == "holds on toy"
+    assert recipe["diff"] == pytest.approx(-11.0) and recipe["verdict"] == "reversed on toy"
+    md = (bench_dir / "out" / "bench_claims.md").read_text()
+    assert "| b beats a (contribution) | T1 | `b_as_a` vs `a` |" in md and "| b beats a (recipe) | T1 | `b` vs `a` |" in md

@@ -162,6 +162,10 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
         if c.get("extends") and not any(q in c["extends"] for q in ('"', "“")):
             raise XmrError(f"{src}: claims[{i}].extends must quote the sentence it extends, with its section "
                            f"(DVSE §IV-B: \"...\"), not {c['extends']!r}")
+    if doc["contribution"]:
+        from xmr.studies.claims import add_contribution_claims
+
+        add_contribution_claims(bench)
     kinds: dict[str, set] = {}
     for c in bench.claims:
         kinds.setdefault(c["family"], set()).add(bool(c.get("extends")))

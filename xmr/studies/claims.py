@@ -62,8 +62,8 @@ def claim_kind(claim: dict) -> str:
 
 def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict:
     nan = float("nan")
-    return {"claim": c["claim"], "source": c["source"], "extends": c.get("extends", ""), "kind": claim_kind(c),
-            "family": c["family"], "better": c["better"], "worse": c["worse"], "subset": subset, "metric": metric,
+    return {"claim": c["claim"], "judged": c.get("judged", ""), "source": c["source"],
+            "extends": c.get("extends", ""), "kind": claim_kind(c), "family": c["family"], "better": c["better"], "worse": c["worse"], "subset": subset, "metric": metric,
             "better_mean": nan, "better_std": nan, "worse_mean": nan, "worse_std": nan, "diff": nan, "se": nan,
             "n": 0, "t": nan, "df": nan, "p": nan, "paired": paired, "verdict": why, "differs": "",
             "differs_keys": ""}
@@ -108,7 +108,8 @@ def claim_rows(bench, records: list[dict], differences: dict | None = None, resu
         low90, high90 = confidence_interval(cmp["diff"], cmp["se"], cmp["df"], level=1 - 2 * ALPHA)
         perm = permutation_p(hi, lo, paired)
         perm_ns = permutation_p(hi, lo, paired, shift=sesoi, alternative="less")
-        row = {"claim": c["claim"], "source": c["source"], "extends": c.get("extends", ""), "kind": claim_kind(c),
+        row = {"claim": c["claim"], "judged": c.get("judged", ""), "source": c["source"],
+               "extends": c.get("extends", ""), "kind": claim_kind(c),
                "family": c["family"], "better": c["better"], "worse": c["worse"], "subset": subset,
                "metric": metric, "better_mean": bm, "better_std": bs, "worse_mean": wm, "worse_std": ws,
                "diff": cmp["diff"], "se": cmp["se"], "n": cmp["n"], "t": cmp["t"], "df": cmp["df"],
@@ -207,6 +208,72 @@ def judge_claims(bench, records: list[dict], differences: dict | None = None, re
     return [{k: r.get(k, float("nan")) for k in columns} for r in own]
 
 
+# ------------------------------------------------------------------------------------------- contribution / recipe
+CONTRIBUTION, RECIPE = "contribution", "recipe"
+
+
+def contribution_variant_name(better: str, worse: str) -> str:
+    """The variant that trains ``better``'s recipe with ``worse``'s values for what is not its contribution."""
+    return f"{better}_as_{worse}"
+
+
+def contribution_settings(bench, claim: dict, declared: dict, index: int) -> tuple[dict, list[str]]:
+    """For a claim between two recipes: the settings the claimed-better side takes from the other side so that the
+    two differ only in what its method names as its contribution (``contribution: true`` in
+    config/method_settings.yaml), and the settings it cannot take (a value its method's schema refuses), kept
+    and named. Empty for a claim on the same recipe (an ablation, a re-ranker)."""
+    from xmr.studies.benchmark import _side, claim_differences
+
+    (bv, _), (wv, _) = _side(claim["better"]), _side(claim["worse"])
+    if bench.variants[bv]["recipe"] == bench.variants[wv]["recipe"]:
+        return {}, []
+    method = bench.run_config(bv, bench.seeds[0])["method"]
+    own = declared.get(method) or {}
+    equal = {d.key: d.worse for d in claim_differences(bench, claim, declared, index)
+             if d.by not in ("variant", "claim") and not (own.get(d.key) or {}).get("contribution", False)}
+    taken, kept = {}, []
+    for key, value in sorted(equal.items()):
+        try:
+            bench.variants["__probe__"] = {**bench.variants[bv],
+                                           "set": {**(bench.variants[bv].get("set") or {}), **taken, key: value}}
+            bench.run_config("__probe__", bench.seeds[0])
+            taken[key] = value
+        except XmrError:
+            kept.append(key)
+        finally:
+            bench.variants.pop("__probe__", None)
+    return taken, kept
+
+
+def add_contribution_claims(bench) -> None:
+    """Judge each claim between two recipes twice (docs/benchmark.md "Contribution and recipe"): as
+    **contribution** (the headline, in the claim's family) against a variant of the claimed-better side trained
+    with the other side's values for every declared setting its method does not name as its contribution
+    (:func:`contribution_settings`; the variant ``{better}_as_{worse}`` is added to the file and trained like any
+    other), and as **recipe** (as published) in a family of its own, ``{family}_recipe``. A claim with nothing to
+    make equal is judged once, as it is."""
+    from xmr.studies.benchmark import _side, load_method_settings
+
+    declared = load_method_settings(bench.config_dir)
+    claims = []
+    for i, c in enumerate(bench.claims):
+        taken, kept = contribution_settings(bench, c, declared, i)
+        if not taken:
+            claims.append({**c, "judged": ""})
+            continue
+        (bv, br), (wv, _) = _side(c["better"]), _side(c["worse"])
+        name = contribution_variant_name(bv, wv)
+        base = bench.variants[bv]
+        bench.variants[name] = {"recipe": base["recipe"], "set": {**(base.get("set") or {}), **taken},
+                                "label": f"{bench.label(bv)} with {wv}'s " + ", ".join(
+                                    f"{k}={v}" for k, v in taken.items())
+                                + (f" (kept: {', '.join(kept)})" if kept else "")}
+        better = name if br == "none" else f"{name}:{br}"
+        claims.append({**c, "better": better, "judged": CONTRIBUTION, "kept": ", ".join(kept)})
+        claims.append({**c, "judged": RECIPE, "family": f"{c['family']}_{RECIPE}"})
+    bench.claims = claims
+
+
 # ------------------------------------------------------------------------------------------------- the table
 def _num(x: float, digits: int) -> str:
     return f"{x:+.{digits}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"
@@ -254,7 +321,8 @@ def claims_markdown(claims: list[dict], n_seeds: int, bench: Any = None, differe
             f"{c['query_diff']:+.1f} [{c['query_ci_low']:+.1f}, {c['query_ci_high']:+.1f}], p {_p(c['query_p'])}"
         perm = "–" if not math.isfinite(c.get("perm_p", nan)) else \
             f"{_p(c['perm_p_holm'])}{' ≠' if c.get('tests_disagree') is True else ''}"
-        out.write(f"| {c['claim']} | {source_text(c)} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
+        judged = f" ({c['judged']})" if c.get("judged") else ""
+        out.write(f"| {c['claim']}{judged} | {source_text(c)} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
                   f"{_pm(c['better_mean'], c['better_std'], dg)} | {_pm(c['worse_mean'], c['worse_std'], dg)} | "
                   f"{diff} | {t} | {_p(c.get('p_holm'))} | {detect} | **{c['verdict']}** | {perm} | {query} | "
                   f"{'same models' if c['paired'] else c.get('differs_keys') or 'nothing'} |\n")
