@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 from pathlib import Path
@@ -254,6 +255,11 @@ def add_contribution_claims(bench) -> None:
     make equal is judged once, as it is."""
     from xmr.studies.benchmark import _side, load_method_settings
 
+    key = _config_state(bench)
+    if key in _CONTRIBUTION_CACHE:  # the workflow loads a benchmark once per job it plans: resolve it once
+        variants, claims = _CONTRIBUTION_CACHE[key]
+        bench.variants, bench.claims = copy.deepcopy(variants), copy.deepcopy(claims)
+        return
     declared = load_method_settings(bench.config_dir)
     claims = []
     for i, c in enumerate(bench.claims):
@@ -272,6 +278,18 @@ def add_contribution_claims(bench) -> None:
         claims.append({**c, "better": better, "judged": CONTRIBUTION, "kept": ", ".join(kept)})
         claims.append({**c, "judged": RECIPE, "family": f"{c['family']}_{RECIPE}"})
     bench.claims = claims
+    _CONTRIBUTION_CACHE[key] = (copy.deepcopy(bench.variants), copy.deepcopy(claims))
+
+
+_CONTRIBUTION_CACHE: dict[tuple, tuple[dict, list]] = {}
+
+
+def _config_state(bench) -> tuple:
+    """What the contribution variants are computed from: the benchmark's path, variants, claims and seeds, and the
+    name, size and modification time of every YAML file of its config folder (recipes, method files, settings)."""
+    files = tuple(sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size)
+                         for f in Path(bench.config_dir).rglob("*.yaml")))
+    return (str(Path(bench.path).resolve()), repr(bench.variants), repr(bench.claims), tuple(bench.seeds), files)
 
 
 # ------------------------------------------------------------------------------------------------- the table
