@@ -418,6 +418,8 @@ def test_detectable_effect_is_the_noncentral_t_power_point():
     from xmr.evaluation.stats import detectable_effect
 
     assert detectable_effect(2.0, 1e7, 0.05, 0.8) == pytest.approx(2 * 2.801585, rel=1e-4)
+    # one-sided (the claims' test): (z_0.95 + z_0.8) SE = (1.644854 + 0.841621) SE
+    assert detectable_effect(2.0, 1e7, 0.05, 0.8, sides=1) == pytest.approx(2 * 2.486475, rel=1e-4)
     se, df = 1.5, 4
     delta = detectable_effect(se, df, 0.05, 0.8)
     rng = np.random.default_rng(0)
