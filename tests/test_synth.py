@@ -154,3 +154,14 @@ def test_stats_cli_prints_json_and_names_a_missing_file(two_styles, tmp_path):
         assert key in stats
     bad = run_xmr("synth", "--stats", tmp_path / "none.json")
     assert bad.returncode == 2 and "none.json: not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_development_split_is_synths_old_generation_under_its_own_root():
+    """synth_dev (config/datasets/synth_dev.yaml) generates what synth generated before its test_seed: the same
+    arguments without it, into a folder of its own, so `make demo` (data/synth) never writes it."""
+    from xmr.config.loader import load_dataset_config
+
+    synth, dev = load_dataset_config("synth", REPO_CONFIG), load_dataset_config("synth_dev", REPO_CONFIG)
+    assert synth["generate"]["test_seed"] != synth["generate"]["seed"]
+    assert dev["generate"] == {k: v for k, v in synth["generate"].items() if k != "test_seed"}
+    assert dev["root"] == "data/synth_dev" and dev["annotations"].startswith("data/synth_dev/")

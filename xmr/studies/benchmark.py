@@ -608,19 +608,19 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
             "runs": len(starts)}
 
 
-def split_description(bench: Benchmark) -> str:
-    """Which split the benchmark's numbers are from, for every table: the dataset's test split and, for a generated
-    dataset, the seed its test images came from (``synth test split, test images from seed 20261207``)."""
+def split_description(dataset: str, config_dir: str | os.PathLike = "config") -> str:
+    """Which split a table's numbers are from: the dataset's test split and, for a generated dataset, the seed its
+    test images came from (``the synth test split, test images from seed 20261207``)."""
     from xmr.config.loader import load_dataset_config
 
-    if not (bench.config_dir / "datasets" / f"{bench.dataset}.yaml").exists():
-        return f"the {bench.dataset} test split"
-    ds = load_dataset_config(bench.dataset, bench.config_dir)
+    if not (Path(config_dir) / "datasets" / f"{dataset}.yaml").exists():
+        return f"the {dataset} test split"
+    ds = load_dataset_config(dataset, config_dir)
     gen = ds.get("generate") or {}
     seed = gen.get("test_seed", gen.get("seed")) if gen else None
     where = "" if seed is None else f", test images from seed {seed}" + \
         ("" if "test_seed" in gen else " (drawn after the training and validation images)")
-    return f"the {bench.dataset} {ds.get('test_split', 'test')} split{where}"
+    return f"the {dataset} {ds.get('test_split', 'test')} split{where}"
 
 
 def dataset_stats(bench: Benchmark) -> dict | None:
@@ -640,7 +640,7 @@ def dataset_stats(bench: Benchmark) -> dict | None:
 def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict,
                        stats: dict | None = None, missing: list[str] = (), training: list[dict] = ()) -> str:
     out = io.StringIO()
-    out.write(f"Measured on {split_description(bench)}.\n\n")
+    out.write(f"Measured on {split_description(bench.dataset, bench.config_dir)}.\n\n")
     if stats:
         test = stats["splits"].get("test", {})
         out.write(f"Dataset ({stats['file']}, style {stats['style']}): false_negative_rate_b128 "
@@ -698,7 +698,8 @@ def training_part(bench: Benchmark, training: list[dict], times: dict, missing: 
     """The short page part: how each variant trained (epochs, ending, time, spread) and what the whole run took."""
     note = (f"**Incomplete: {len(missing)} runs have no results yet** ({', '.join(missing)}).\n\n"
             if missing else "")
-    return training_markdown(bench, training) + note + time_line(bench, times)
+    return (f"Measured on {split_description(bench.dataset, bench.config_dir)}.\n\n" + training_markdown(bench, training)
+            + note + time_line(bench, times))
 
 
 def _seeds_note(n: int, n_seeds: int) -> str:
@@ -792,7 +793,7 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
     for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing, training)),
                       ("claims_md", claims_markdown(claims, len(bench.seeds), bench, differences,
-                                                    split_description(bench))),
+                                                    split_description(bench.dataset, bench.config_dir))),
                       ("training_md", training_part(bench, training, times, missing)),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:
