@@ -562,6 +562,7 @@ def test_one_family_split_across_two_files_is_adjusted_as_one(bench_dir):
                             bench_dir / "runs", strict=False)
     c = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}["FR helps a"]
     assert c["family_size"] == 3 and c["p_holm"] == pytest.approx(3 * p_fr)
+    assert "paper (3, with bench, other; 2 not run)" in paths["claims_md"].read_text()
 
 
 def test_extensions_quote_their_sentence_and_keep_a_family_of_their_own(bench_dir):

@@ -175,6 +175,7 @@ def adjust_families(rows: list[dict], power: float = 0.8, scope: str = "", alpha
             return [1.0 if r.get("verdict") == "not run" else r.get(key, float("nan")) for r in members]
 
         size = sum(r.get("verdict") == "not run" or math.isfinite(r["p"]) for r in members)
+        not_run = sum(r.get("verdict") == "not run" for r in members)
         files = sorted({r["file"] for r in members})
         adjusted = {key: holm(column(key)) for key in ("p", "p_non_superiority", "perm_p", "perm_p_non_superiority")}
         levels = {key: holm_levels(column(key), alpha) for key in ("p", "p_non_superiority")}
@@ -182,7 +183,7 @@ def adjust_families(rows: list[dict], power: float = 0.8, scope: str = "", alpha
             row.update({"p_holm": adjusted["p"][k], "p_non_superiority_holm": adjusted["p_non_superiority"][k],
                         "perm_p_holm": adjusted["perm_p"][k],
                         "perm_p_non_superiority_holm": adjusted["perm_p_non_superiority"][k],
-                        "family_size": size, "family_files": " ".join(files)})
+                        "family_size": size, "family_not_run": not_run, "family_files": " ".join(files)})
             if row.get("verdict") in UNJUDGED:
                 continue
             row["alpha"] = alpha / max(size, 1)
@@ -345,12 +346,13 @@ def claims_markdown(claims: list[dict], n_seeds: int, bench: Any = None, differe
                   f"{diff} | {t} | {_p(c.get('p_holm'))} | {detect} | **{c['verdict']}** | {perm} | {query} | "
                   f"{'same models' if c['paired'] else c.get('differs_keys') or 'nothing'} |\n")
     tested = [c for c in claims if math.isfinite(c.get("p", nan))]
-    families: dict[str, tuple[int, str]] = {}
+    families: dict[str, tuple[int, str, int]] = {}
     for c in claims:
         if c["verdict"] != "not measured":
-            families[c["family"]] = (int(c.get("family_size", 0) or 0), c.get("family_files", ""))
-    fams = ", ".join(f"{f} ({k}{', with ' + files.replace(' ', ', ') if ' ' in files else ''})"
-                     for f, (k, files) in families.items())
+            families[c["family"]] = (int(c.get("family_size", 0) or 0), c.get("family_files", ""),
+                                     int(c.get("family_not_run", 0) or 0))
+    fams = ", ".join(f"{f} ({k}{', with ' + files.replace(' ', ', ') if ' ' in files else ''}"
+                     f"{f'; {missing} not run' if missing else ''})" for f, (k, files, missing) in families.items())
     deltas = ", ".join(f"{k} {v:g}" for k, v in (bench.smallest_effect if bench else {}).items()
                        if any(c["metric"] == k for c in claims))
     power = bench.power if bench else 0.8
