@@ -19,11 +19,14 @@ import copy
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from xmr.core.errors import XmrError
 from xmr.evaluation.stats import (compare, confidence_interval, detectable_effect, holm, holm_levels, mean_std,
                                   non_superiority_p, one_sided_bound, permutation_p)
+
+if TYPE_CHECKING:
+    from xmr.studies.benchmark import Benchmark
 
 ALPHA = 0.05  # one-sided, family-wise over each family's claims (Holm)
 #: the four verdicts; a claim whose runs are missing reads "not run", one whose metric a run lacks "not measured"
@@ -70,7 +73,7 @@ def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict
             "differs_keys": ""}
 
 
-def claim_rows(bench, records: list[dict], differences: dict | None = None, results_root=None,
+def claim_rows(bench: Benchmark, records: list[dict], differences: dict | None = None, results_root=None,
                query: bool = True, missing_ok: bool = False) -> list[dict]:
     """One unadjusted row per claim of ``bench``: both sides' mean ± std, the difference (> 0: as claimed), the
     t tests (one-sided p of the claimed direction, two-sided p, non-superiority p at Δ), the permutation tests,
@@ -128,7 +131,7 @@ def claim_rows(bench, records: list[dict], differences: dict | None = None, resu
     return rows
 
 
-def joint_family_benchmarks(bench) -> list:
+def joint_family_benchmarks(bench: Benchmark) -> list[Benchmark]:
     """The other benchmark files beside ``bench`` (same folder, same dataset) with a claim in one of its families."""
     from xmr.studies.benchmark import load_benchmark
 
@@ -143,7 +146,7 @@ def joint_family_benchmarks(bench) -> list:
     return out
 
 
-def joint_family_rows(bench, results_root=None) -> list[dict]:
+def joint_family_rows(bench: Benchmark, results_root=None) -> list[dict]:
     """Unadjusted rows of the claims of :func:`joint_family_benchmarks` in ``bench``'s families: Holm's rule
     adjusts a family as one across the files. Their runs may be missing (*not run*: counted at p = 1)."""
     from xmr.studies.benchmark import gather
@@ -199,7 +202,7 @@ def adjust_families(rows: list[dict], power: float = 0.8, scope: str = "", alpha
     return rows
 
 
-def judge_claims(bench, records: list[dict], differences: dict | None = None, results_root=None,
+def judge_claims(bench: Benchmark, records: list[dict], differences: dict | None = None, results_root=None,
                  joint: bool = True) -> list[dict]:
     """One row per claim of ``bench`` (:func:`claim_rows`), adjusted within each family across every benchmark file
     beside it (``joint``; :func:`joint_family_rows`), with its verdict scoped to the dataset."""
@@ -219,7 +222,7 @@ def contribution_variant_name(better: str, worse: str) -> str:
     return f"{better}_as_{worse}"
 
 
-def contribution_settings(bench, claim: dict, declared: dict, index: int) -> tuple[dict, list[str]]:
+def contribution_settings(bench: Benchmark, claim: dict, declared: dict, index: int) -> tuple[dict, list[str]]:
     """For a claim between two recipes: the settings the claimed-better side takes from the other side so that the
     two differ only in what its method names as its contribution (``contribution: true`` in
     config/method_settings.yaml), and the settings it cannot take (a value its method's schema refuses), kept
@@ -247,7 +250,7 @@ def contribution_settings(bench, claim: dict, declared: dict, index: int) -> tup
     return taken, kept
 
 
-def add_contribution_claims(bench) -> None:
+def add_contribution_claims(bench: Benchmark) -> None:
     """Judge each claim between two recipes twice (docs/benchmark.md "Contribution and recipe"): as
     **contribution** (the headline, in the claim's family) against a variant of the claimed-better side trained
     with the other side's values for every declared setting its method does not name as its contribution
@@ -285,7 +288,7 @@ def add_contribution_claims(bench) -> None:
 _CONTRIBUTION_CACHE: dict[tuple, tuple[dict, list]] = {}
 
 
-def _config_state(bench) -> tuple:
+def _config_state(bench: Benchmark) -> tuple:
     """What the contribution variants are computed from: the benchmark's path, variants, claims and seeds, and the
     name, size and modification time of every YAML file of its config folder (recipes, method files, settings)."""
     files = tuple(sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size)
@@ -311,7 +314,7 @@ def source_text(c: dict) -> str:
     return c["source"]
 
 
-def claims_markdown(claims: list[dict], n_seeds: int, bench: Any = None, differences: dict | None = None,
+def claims_markdown(claims: list[dict], n_seeds: int, bench: Benchmark | None = None, differences: dict | None = None,
                     split: str = "") -> str:
     """The claims table, its legend (the tests, the families, Δ, the split) and the sources of the declared
     differences."""
