@@ -275,7 +275,7 @@ def add_contribution_claims(bench: Benchmark) -> None:
         name = contribution_variant_name(bv, wv)
         base = bench.variants[bv]
         bench.variants[name] = {"recipe": base["recipe"], "set": {**(base.get("set") or {}), **taken},
-                                "label": f"{bench.label(bv)} with {wv}'s " + ", ".join(
+                                "label": f"{bv}'s recipe with {wv}'s " + ", ".join(
                                     f"{k}={v}" for k, v in taken.items())
                                 + (f" (kept: {', '.join(kept)})" if kept else "")}
         better = name if br == "none" else f"{name}:{br}"
