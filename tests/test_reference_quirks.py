@@ -108,12 +108,16 @@ def test_dive_recipes_number_words_over_the_padded_batch(tmp_path, one_thread, r
 
 @pytest.mark.parametrize("recipe", DIVE_RECIPES)
 def test_dive_recipes_learn_the_pad_row(tmp_path, one_thread, recipe):
-    """kdwonn/DivE's word embedding has no padding index: padded words get 1/K of the slot attention, so the <pad>
-    row (index 0) gets a gradient; the named option text.pad_row: frozen (padding_idx=0) gives it none."""
+    """kdwonn/DivE's word embedding has no padding index: under its attention to padding (pad_mode: code, 1/K of
+    every slot) the <pad> row (index 0) gets a gradient; the named option text.pad_row: frozen (padding_idx=0)
+    gives it none."""
+    code = {"model": {"pad_mode": "code"}}
+
     def pad_row_grad(**layers: dict) -> float:
-        model = dive_recipe_model(tmp_path, recipe, **layers).train()
+        model = dive_recipe_model(tmp_path, recipe, code=code, **layers).train()
         model.encode_text(batch(SHORT, LONG)).sum().backward()
         return model.text.embed.weight.grad[0].abs().max().item()
 
+    assert dive_recipe_model(tmp_path, recipe).text.embed.padding_idx is None
     assert pad_row_grad() > 0
     assert pad_row_grad(frozen={"text": {"pad_row": "frozen"}}) == 0
