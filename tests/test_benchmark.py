@@ -61,10 +61,11 @@ def test_holm_adjustment_by_hand():
 
 def test_the_four_verdicts_at_the_adjusted_p_values():
     nan = float("nan")
-    assert verdict(3.0, 0.01) == "holds"
-    assert verdict(-3.0, 0.01) == "refuted"  # significant against the claim
-    assert verdict(3.0, 0.05, 0.01) == "no effect ≥ Δ"  # the difference test does not reject; equivalence does
-    assert verdict(-3.0, 0.01, 0.01) == "refuted"  # a significant difference is reported before equivalence
+    assert verdict(3.0, 0.01) == "holds"  # the one-sided p of the claimed direction below alpha
+    assert verdict(3.0, 0.01, scope="synth") == "holds on synth"  # scoped to where it was measured
+    # the non-superiority test rules out a gain of Δ; its upper bound below 0 -> reversed, else no effect ≥ Δ
+    assert verdict(-3.0, 0.99, 0.01, upper=-0.5, scope="synth") == "reversed on synth"
+    assert verdict(1.0, 0.2, 0.01, upper=4.0) == "no effect ≥ Δ"
     assert verdict(3.0, 0.05, 0.05) == "underpowered"  # neither below alpha = 0.05
     assert verdict(1.0, nan, nan) == "underpowered"  # no test at all (one seed)
 
@@ -115,35 +116,43 @@ def test_tables_and_claims_from_per_seed_results(bench_dir):
     assert bench.train_overrides("b", 2) == ['model.embed_dim=8', 'train.seed=2', 'name="bench.b.s2"']
     paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs")
     claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
-    # a: 302 ± 2, b: 291 ± 1 -> diff 11, Welch SE sqrt(4/3 + 1/3) = 1.29, t = 8.52 at df 50/17 = 2.94: p is below
-    # its value at df 2, 1 - t / sqrt(2 + t^2) = 0.0135
+    # a: 302 ± 2, b: 291 ± 1 -> diff 11, Welch SE sqrt(4/3 + 1/3) = 1.29, t = 8.52 at df 50/17 = 2.94: the one-sided
+    # p (the claimed direction) is below its value at df 2, (1 - t / sqrt(2 + t^2)) / 2 = 0.0068
     c = claims["a beats b"]
     assert (c["better_mean"], c["better_std"], c["worse_mean"], c["worse_std"]) == pytest.approx((302, 2, 291, 1))
     assert c["se"] == pytest.approx(math.sqrt(5 / 3)) and not c["paired"] and c["df"] == pytest.approx(50 / 17)
     t = 11 / math.sqrt(5 / 3)
     p_ab = c["p"]
-    assert 0 < p_ab < 1 - t / math.sqrt(2 + t * t)
-    # FR on a: paired differences 5, 6, 7 -> 6 ± 1 / sqrt(3), t = 6 sqrt(3), df 2: p = 1 - sqrt(108 / 110)
+    assert 0 < p_ab < (1 - t / math.sqrt(2 + t * t)) / 2 and c["p_two_sided"] == pytest.approx(2 * p_ab)
+    # FR on a: paired differences 5, 6, 7 -> 6 ± 1 / sqrt(3), t = 6 sqrt(3), df 2: one-sided p = (1 - sqrt(108 / 110)) / 2
     c = claims["FR helps a"]
     assert c["paired"] and c["diff"] == pytest.approx(6.0) and c["se"] == pytest.approx(1 / math.sqrt(3))
-    p_fr = 1 - math.sqrt(108 / 110)  # 0.0091
+    p_fr = (1 - math.sqrt(108 / 110)) / 2  # 0.0046
     assert c["p"] == pytest.approx(p_fr, abs=1e-9)
-    # ambiguous: a 120 ± 20 vs b 130 ± 20 -> -10, SE sqrt(400/3 * 2) = 16.3, t = -0.612, df 4 -> p = 0.573
+    # ambiguous: a 120 ± 20 vs b 130 ± 20 -> -10, SE sqrt(400/3 * 2) = 16.3, t = -0.612, df 4 -> one-sided p 0.713
     c = claims["a beats b on ambiguous"]
-    # neither test decides: -10 is not significant, nor is |effect| < 5 shown (TOST at ±5 with SE 16.3)
-    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "underpowered" and c["df"] == pytest.approx(4)
+    # neither test decides: no gain shown, nor a gain of 5 ruled out (non-superiority: t = -15 / 16.3 = -0.92, p 0.21)
+    assert c["diff"] == pytest.approx(-10.0) and c["verdict"] == "underpowered on toy" and c["df"] == pytest.approx(4)
+    assert c["p"] == pytest.approx(1 - c["p_two_sided"] / 2) and 0.2 < c["p_non_superiority"] < 0.22
     assert c["detectable"] > 5.0  # the design could not see an effect of 5 RSUM
-    # Holm over the 3 claims: the smaller of the two small p values x 3, the other max(that, its own x 2), both
-    # < 0.05 -> hold; ambiguous: max(.., 1 x 0.573) = 0.573 -> underpowered
-    (lo, first), (hi, second) = sorted([(p_ab, "a beats b"), (p_fr, "FR helps a")])
-    assert claims[first]["p_holm"] == pytest.approx(3 * lo)
-    assert claims[second]["p_holm"] == pytest.approx(max(3 * lo, 2 * hi)) and max(3 * lo, 2 * hi) < 0.05
-    assert claims["a beats b"]["verdict"] == claims["FR helps a"]["verdict"] == "holds"
+    # Holm over the 3 claims: p_ab (0.0018) x 3 = 0.0055, then max(that, p_fr x 2 = 0.0091), both < 0.05 -> hold
+    assert p_ab < p_fr
+    assert claims["a beats b"]["p_holm"] == pytest.approx(3 * p_ab)
+    assert claims["FR helps a"]["p_holm"] == pytest.approx(max(3 * p_ab, 2 * p_fr)) and 2 * p_fr < 0.05
+    assert claims["a beats b"]["verdict"] == claims["FR helps a"]["verdict"] == "holds on toy"
     assert claims["a beats b on ambiguous"]["p_holm"] == pytest.approx(c["p"])
-    # 95 % interval of FR's 6 ± 1/sqrt(3) at df 2: t_0.975,2 = 4.302653 -> 6 ± 2.48414
     fr = claims["FR helps a"]
-    assert (fr["ci_low"], fr["ci_high"]) == pytest.approx((6 - 2.48414, 6 + 2.48414), abs=1e-4)
+    # the bounds at the level the verdict used: FR is Holm's second step, level 0.05 / 2 -> t_0.975,2 = 4.302653,
+    # lower bound 6 - 4.302653 / sqrt(3) = 3.51586; unadjusted 90 % interval: t_0.95,2 = 2.919986 -> 6 ± 1.68586
+    assert fr["level_low"] == pytest.approx(0.025) and fr["bound_low"] == pytest.approx(6 - 2.48414, abs=1e-4)
+    assert (fr["ci_low"], fr["ci_high"]) == pytest.approx((6 - 1.68586, 6 + 1.68586), abs=1e-4)
     assert fr["family"] == "all" and fr["family_size"] == 3 and fr["alpha"] == pytest.approx(0.05 / 3)
+    # permutation over seeds: FR's three paired differences 5, 6, 7: only the all-positive of the 2^3 sign flips
+    # reaches a mean of 6 -> p = 1/8; a's 300..304 against b's 290..292: only the observed split of the C(6, 3) = 20
+    # reaches 11 -> p = 1/20. Holm: 3 x 0.05 = 0.15, max(0.15, 2 x 0.125) = 0.25: no decision, where the t test holds
+    assert fr["perm_p"] == pytest.approx(1 / 8) and claims["a beats b"]["perm_p"] == pytest.approx(1 / 20)
+    assert fr["perm_p_holm"] == pytest.approx(0.25) and claims["a beats b"]["perm_p_holm"] == pytest.approx(0.15)
+    assert fr["tests_disagree"] and claims["a beats b"]["tests_disagree"]
     # query level (write_ranks): +200 per seed; the two clusters 0 and +200 resampled: SE sqrt(2 * 100^2) per seed,
     # over 3 seeds / sqrt(3) = 81.6
     assert fr["query_diff"] == pytest.approx(200.0) and fr["query_se"] == pytest.approx(81.65, rel=0.06)
@@ -151,7 +160,9 @@ def test_tables_and_claims_from_per_seed_results(bench_dir):
     md = paths["md"].read_text()
     assert "| a | 52.0 ± 2.0 | 50.0 ± 0.0 |" in md  # i2t R@1 = RSUM - 250
     assert "302.0 ± 2.0" in md and "subset `ambiguous`" in md
-    assert "**holds**" in paths["claims_md"].read_text()
+    claims_md = paths["claims_md"].read_text()
+    assert "**holds on toy**" in claims_md and "0.250 ≠" in claims_md  # the permutation test disagrees, marked
+    assert "Measured on the toy test split" in claims_md
     assert paths["png"].stat().st_size > 1000 and paths["csv"].read_text().startswith("variant,seed,rerank,subset")
 
 
@@ -187,7 +198,7 @@ def test_allow_missing_lists_the_missing_runs_and_marks_their_claims(bench_dir):
     paths = write_benchmark(bench, bench_dir / "out", bench_dir / "results", bench_dir / "runs", strict=False)
     claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
     assert claims["a beats b"]["verdict"] == "not run"
-    assert claims["FR helps a"]["verdict"] == "holds"  # both sides present
+    assert claims["FR helps a"]["verdict"] == "holds on toy"  # both sides present
     assert "3 of 6 runs have no results yet** (b/s0, b/s1, b/s2)" in paths["md"].read_text()
 
 
@@ -255,18 +266,24 @@ def test_set_correlation_claims_lower_is_better_and_training_columns(bench_dir):
     se = math.sqrt(0.0005 / 3)
     assert c["diff"] == pytest.approx(0.41) and c["se"] == pytest.approx(se) and c["df"] == pytest.approx(50 / 17)
     assert c["t"] == pytest.approx(0.41 / se) and (c["better_mean"], c["worse_mean"]) == pytest.approx((0.21, 0.62))
-    assert c["verdict"] == "holds"
-    c = claims["b less correlated"]
-    assert c["diff"] == pytest.approx(-0.41) and c["verdict"] == "refuted"
-    assert claims["b less correlated"]["p_holm"] == pytest.approx(2 * c["p"])  # a family of two tested claims
+    assert c["verdict"] == "holds on toy"
+    b_claim = claims["b less correlated"]
+    # the other way round: a gain is ruled out, and the non-superiority bound is below 0 -> reversed
+    assert b_claim["diff"] == pytest.approx(-0.41) and b_claim["verdict"] == "reversed on toy"
+    # a family of two tested claims (residuals not measured): a's one-sided p is the smaller, x 2
+    assert c["p_holm"] == pytest.approx(2 * c["p"]) and c["family_size"] == 2
+    assert b_claim["p_holm"] == pytest.approx(b_claim["p"])  # max(2 p_a, 1 x p_b), p_b near 1
     assert claims["residuals"]["verdict"] == "not measured"
     md = paths["claims_md"].read_text()
-    # Welch: SE sqrt((0.01^2 + 0.02^2) / 3) = 0.01291 at df 50/17; the 95 % interval is ± t_0.975,df x SE
+    # Welch: SE sqrt((0.01^2 + 0.02^2) / 3) = 0.01291 at df 50/17. a's superiority p is Holm's first step (level
+    # 0.05 / 2: lower bound 0.41 - t_0.975,df SE); its non-superiority p is the second (b's is tiny), level 0.05:
+    # upper bound 0.41 + t_0.95,df SE
     from scipy import stats
 
-    half = stats.t.ppf(0.975, 50 / 17) * math.sqrt(5e-4 / 3)
+    se = math.sqrt(5e-4 / 3)
+    low, high = 0.41 - stats.t.ppf(0.975, 50 / 17) * se, 0.41 + stats.t.ppf(0.95, 50 / 17) * se
     assert "`a` vs `b` (correlation, lower is better)" in md
-    assert f"| 0.210 ± 0.010 | 0.620 ± 0.020 | +0.410 [{0.41 - half:+.3f}, {0.41 + half:+.3f}] |" in md
+    assert f"| 0.210 ± 0.010 | 0.620 ± 0.020 | +0.410 [{low:+.3f}, {high:+.3f}] |" in md
     # training table: set corr. and slot entropy, mean ± std over seeds
     assert "| 0.210 ± 0.010 | 0.50 ± 0.00 |" in paths["md"].read_text()
     assert "| 0.620 ± 0.020 | 1.00 ± 0.00 |" in paths["md"].read_text()
@@ -401,6 +418,8 @@ def test_detectable_effect_is_the_noncentral_t_power_point():
     from xmr.evaluation.stats import detectable_effect
 
     assert detectable_effect(2.0, 1e7, 0.05, 0.8) == pytest.approx(2 * 2.801585, rel=1e-4)
+    # one-sided (the claims' test): (z_0.95 + z_0.8) SE = (1.644854 + 0.841621) SE
+    assert detectable_effect(2.0, 1e7, 0.05, 0.8, sides=1) == pytest.approx(2 * 2.486475, rel=1e-4)
     se, df = 1.5, 4
     delta = detectable_effect(se, df, 0.05, 0.8)
     rng = np.random.default_rng(0)
@@ -477,3 +496,165 @@ def test_validation_curves_say_mean_and_std_only_where_a_line_has_several_runs()
     assert validation_curves_label(one) == "validation RSUM (one run per line)"
     one["vsepp"].append([{"epoch": 1, "val_rsum": 104.0}])  # a second seed of vsepp: its line is a mean
     assert validation_curves_label(one) == "validation RSUM (mean ± std over seeds)"
+
+
+def test_non_superiority_is_one_sided_where_the_equivalence_test_was_not():
+    """A directional claim that lost: -2.9 with a 95 % interval of ± 6.0 at df 4 (SE = 6.0 / t_0.975,4). The gain of
+    interest Δ = 5 is ruled out one-sided: t = (-2.9 - 5) / SE, and with x = t / sqrt(4 + t^2) Student's t at 4 df has
+    F(t) = 1/2 + x (3 - x^2) / 4 = 0.0108 < 0.05. The two-sided TOST asked also for |-2.9| < 5 from below: its other
+    one-sided p, P(T > (-2.9 + 5) / SE) = 0.19, kept it undecided."""
+    from xmr.evaluation.stats import equivalence_p, non_superiority_p
+
+    se = 6.0 / 2.7764451
+    t = (-2.9 - 5.0) / se
+    x = t / math.sqrt(4 + t * t)
+    assert non_superiority_p(-2.9, se, 4, 5.0) == pytest.approx(0.5 + x * (3 - x * x) / 4, abs=1e-9)
+    assert non_superiority_p(-2.9, se, 4, 5.0) == pytest.approx(0.01083, abs=1e-4)
+    assert equivalence_p(-2.9, se, 4, 5.0) > 0.15
+    # at df -> ∞ the z test: a difference of 0 with SE 1 rules out Δ = 1.644854 at p = 0.05
+    assert non_superiority_p(0.0, 1.0, 1e7, 1.644854) == pytest.approx(0.05, abs=1e-5)
+
+
+def test_no_effect_verdict_from_the_one_sided_non_superiority_test(bench_dir):
+    """FR adds -0.5, 0, +0.5 RSUM to a's three seeds: mean 0, SE 0.5 / sqrt(3) = 0.288675 at df 2. Non-superiority
+    at Δ = 5: t = -5 / 0.288675 = -17.3205 and at 2 df F(t) = 1/2 + t / (2 sqrt(2 + t^2)) = 0.001656; alone in its
+    family (Holm x 1) -> "no effect ≥ Δ on toy"; the upper bound at level 0.05 (t_0.95,2 = 2.919986) is
+    0 + 2.919986 x 0.288675 = 0.8429, above 0: not reversed."""
+    path = bench_dir / "config" / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["claims"] = [{"claim": "FR helps a", "source": "T2", "better": "a:fr", "worse": "a"}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for seed, gain in enumerate((-0.5, 0.0, 0.5)):
+        res = bench_dir / "results" / "toy" / "bench" / "bench" / "a" / f"s{seed}.json"
+        d = json.loads(res.read_text())
+        d["by_rerank"]["fr"] = result(d["by_rerank"]["none"]["rsum"] + gain, 120)
+        res.write_text(json.dumps(d))
+    paths = write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    c = json.loads(paths["json"].read_text())["claims"][0]
+    t = -5 / (0.5 / math.sqrt(3))
+    assert c["p_non_superiority"] == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-9)  # 0.001656
+    assert c["p"] == pytest.approx(0.5) and c["verdict"] == "no effect ≥ Δ on toy"
+    assert c["bound_high"] == pytest.approx(2.919986 * 0.5 / math.sqrt(3), abs=1e-5)
+
+
+def test_one_family_split_across_two_files_is_adjusted_as_one(bench_dir):
+    """bench.yaml holds two claims of family `paper`, other.yaml (which reuses bench's runs) the third. Holm runs
+    over the three, whichever file's table is written: the numbers of test_tables_and_claims_from_per_seed_results,
+    p_ab = 0.00183, p_fr = 0.00457 and p_amb = 0.713 (one-sided) -> 3 p_ab, max(3 p_ab, 2 p_fr) and p_amb; each file
+    alone would have given 2 p_ab and max(2 p_ab, p_fr)."""
+    cfg = bench_dir / "config" / "benchmark"
+    doc = yaml.safe_load((cfg / "bench.yaml").read_text())
+    amb = doc["claims"].pop()
+    for c in doc["claims"]:
+        c["family"] = "paper"
+    (cfg / "bench.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    other = {"name": "other", "dataset": "toy", "seeds": [0, 1, 2], "rerank": ["none"], "runs_from": "bench",
+             "smallest_effect": {"rsum": 5.0}, "variants": {"a": {"recipe": "a"}, "b": doc["variants"]["b"]},
+             "claims": [{**amb, "family": "paper"}]}
+    (cfg / "other.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    out = {}
+    for name in ("bench", "other"):
+        paths = write_benchmark(load_benchmark(cfg / f"{name}.yaml"), bench_dir / "out", bench_dir / "results",
+                                bench_dir / "runs")
+        out |= {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
+    p_ab, p_fr, p_amb = (out[k]["p"] for k in ("a beats b", "FR helps a", "a beats b on ambiguous"))
+    assert p_ab == pytest.approx(0.00183, abs=1e-5) and p_fr == pytest.approx((1 - math.sqrt(108 / 110)) / 2)
+    assert out["a beats b"]["p_holm"] == pytest.approx(3 * p_ab)
+    assert out["FR helps a"]["p_holm"] == pytest.approx(max(3 * p_ab, 2 * p_fr))
+    assert out["a beats b on ambiguous"]["p_holm"] == pytest.approx(p_amb) and 0.7 < p_amb < 0.72
+    assert {c["family_size"] for c in out.values()} == {3}
+    assert out["a beats b on ambiguous"]["family_files"] == "bench other"
+    assert "paper (3, with bench, other)" in paths["claims_md"].read_text()
+    # b's runs missing: both claims on b (one in each file) count at p = 1, so the family keeps its size: 3 p_fr
+    for seed in (0, 1, 2):
+        (bench_dir / "results" / "toy" / "bench" / "bench" / "b" / f"s{seed}.json").unlink()
+    paths = write_benchmark(load_benchmark(cfg / "bench.yaml"), bench_dir / "out", bench_dir / "results",
+                            bench_dir / "runs", strict=False)
+    c = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}["FR helps a"]
+    assert c["family_size"] == 3 and c["p_holm"] == pytest.approx(3 * p_fr)
+    assert "paper (3, with bench, other; 2 not run)" in paths["claims_md"].read_text()
+
+
+def test_extensions_quote_their_sentence_and_keep_a_family_of_their_own(bench_dir):
+    path = bench_dir / "config" / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["claims"][1]["extends"] = "T2 §4: FR helps anything"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"claims\[1\]\.extends must quote the sentence it extends"):
+        load_benchmark(path)
+    doc["claims"][1]["extends"] = 'T2 §4: "FR has the potential to enhance any model"'
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"family 'all' mixes a paper's stated claims with xmr's extensions"):
+        load_benchmark(path)
+    doc["claims"][1]["family"] = "t2_extension"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    paths = write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    row = [line for line in paths["claims_md"].read_text().splitlines() if line.startswith("| FR helps a |")][0]
+    assert '| xmr\'s extension of T2 §4: "FR has the potential to enhance any model" |' in row
+    fr = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}["FR helps a"]
+    assert fr["kind"] == "extension" and fr["family_size"] == 1 and fr["p_holm"] == pytest.approx(fr["p"])
+
+
+def test_a_claims_primary_metric_can_be_a_dotted_path_into_the_results(bench_dir):
+    """`metric: extended.t2i.map_at_r` on subset ambiguous reads subsets.ambiguous.extended.t2i.map_at_r of each
+    plain evaluation: a 30, 32, 34 against b 20, 21, 22 -> +11, as RSUM's 302 vs 291 (Welch SE sqrt(5/3))."""
+    path = bench_dir / "config" / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["smallest_effect"]["extended.t2i.map_at_r"] = 2.0
+    doc["claims"] = [{"claim": "a ranks the true images higher", "source": "T3", "better": "a", "worse": "b",
+                      "subset": "ambiguous", "metric": "extended.t2i.map_at_r"},
+                     {"claim": "the whole split too", "source": "T3", "better": "a", "worse": "b",
+                      "metric": "extended.i2t.r_precision"}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(XmrError, match=r"claims\[1\] compares extended\.i2t\.r_precision, which has no smallest_eff"):
+        load_benchmark(path)
+    doc["smallest_effect"]["extended.i2t.r_precision"] = 2.0
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for v, values in (("a", (30, 32, 34)), ("b", (20, 21, 22))):
+        for seed, x in enumerate(values):
+            res = bench_dir / "results" / "toy" / "bench" / "bench" / v / f"s{seed}.json"
+            d = json.loads(res.read_text())
+            d["by_rerank"]["none"]["subsets"]["ambiguous"]["extended"] = {"t2i": {"map_at_r": x}}
+            res.write_text(json.dumps(d))
+    paths = write_benchmark(load_benchmark(path), bench_dir / "out", bench_dir / "results", bench_dir / "runs")
+    claims = {c["claim"]: c for c in json.loads(paths["json"].read_text())["claims"]}
+    c = claims["a ranks the true images higher"]
+    assert c["diff"] == pytest.approx(11.0) and c["se"] == pytest.approx(math.sqrt(5 / 3))
+    assert claims["the whole split too"]["verdict"] == "not measured"  # no such number in the results files
+
+
+def test_a_claim_between_recipes_is_judged_as_contribution_and_as_recipe(bench_dir):
+    """b's recipe differs from a's in optim.grad_clip (1.0, declared vsepp's own, not its contribution) and
+    optim.weight_decay (0.001, declared its contribution). With `contribution: true` the claim "b beats a" is judged
+    twice: contribution, b's recipe with a's grad_clip (variant b_as_a, its runs planned like any other) against a,
+    in the claim's family; recipe, b as published, in family all_recipe. b_as_a 310..312 vs a 300..304: +9, Welch
+    SE sqrt(5/3), alone in its family -> holds; b 290..292 vs a: -11 -> a gain ruled out, upper bound < 0: reversed."""
+    cfg = bench_dir / "config"
+    recipe = cfg / "recipes" / "toy" / "b.yaml"
+    recipe.write_text(recipe.read_text() + "\noptim: {grad_clip: 1.0, weight_decay: 0.001}\n")
+    (cfg / "method_settings.yaml").write_text(yaml.safe_dump({"vsepp": {
+        "optim.grad_clip": {"value": 1.0, "source": "its code's --grad_clip 1"},
+        "optim.weight_decay": {"value": 0.001, "source": "its paper §3", "contribution": True}}}))
+    path = cfg / "benchmark" / "bench.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["contribution"] = True
+    doc["claims"] = [{"claim": "b beats a", "source": "T1", "better": "b", "worse": "a"}]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    bench = load_benchmark(path)
+    assert bench.variants["b_as_a"]["set"] == {"model.embed_dim": 8, "optim.grad_clip": 2.0}
+    assert bench.run_config("b_as_a", 0)["optim"]["weight_decay"] == 0.001  # the contribution stays
+    for seed, rsum in enumerate((310, 311, 312)):
+        res = bench_dir / "results" / "toy" / "bench" / "bench" / "b_as_a" / f"s{seed}.json"
+        res.parent.mkdir(parents=True, exist_ok=True)
+        res.write_text(json.dumps({"by_rerank": {"none": result(rsum, 120), "fr": result(rsum, 120)}}))
+    r = run_xmr("benchmark-table", "--benchmark", path, "--results-root", bench_dir / "results", "--runs-root",
+                bench_dir / "runs", "--out-dir", bench_dir / "out", cwd=bench_dir)
+    assert r.returncode == 0, r.stderr
+    rows = {(c["claim"], c["judged"]): c for c in json.loads((bench_dir / "out" / "bench.json").read_text())["claims"]}
+    contribution, recipe = rows[("b beats a", "contribution")], rows[("b beats a", "recipe")]
+    assert contribution["better"] == "b_as_a" and contribution["family"] == "all" and recipe["family"] == "all_recipe"
+    assert contribution["diff"] == pytest.approx(9.0) and contribution["se"] == pytest.approx(math.sqrt(5 / 3))
+    assert contribution["p_holm"] == pytest.approx(contribution["p"]) and contribution["verdict"] == "holds on toy"
+    assert recipe["diff"] == pytest.approx(-11.0) and recipe["verdict"] == "reversed on toy"
+    md = (bench_dir / "out" / "bench_claims.md").read_text()
+    assert "| b beats a (contribution) | T1 | `b_as_a` vs `a` |" in md and "| b beats a (recipe) | T1 | `b` vs `a` |" in md

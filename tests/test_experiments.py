@@ -177,6 +177,7 @@ def test_experiment_table_from_fabricated_results(tmp_path):
         "| no_mask | — | model.dynamic_mask.enabled=false | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 | 6.0 | 21.0 | — | — |",
     ]
     assert "Not available yet (2 results files)" in "\n".join(md)
+    assert any(line.startswith("Measured on the synth test split") for line in md)  # every table names its split
     assert (d / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

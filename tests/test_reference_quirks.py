@@ -9,6 +9,8 @@ a longer caption (so it gets padding). With the code's reading its embedding cha
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -77,3 +79,45 @@ def test_vse_2ad_token_softmax_and_the_batch_padding(tmp_path, one_thread, mask_
         assert diff > 1e-3
     else:
         assert diff < 1e-6
+
+
+# DivE's caption side as kdwonn/DivE has it, from the method file every DivE recipe extends (no option to set)
+DIVE_RECIPES = sorted(str(p.relative_to(p.parents[2])) for p in
+                      (Path(__file__).resolve().parents[1] / "config" / "recipes").glob("*/dive*.yaml"))
+
+
+def dive_recipe_model(tmp_path, recipe: str, **layers: dict) -> torch.nn.Module:
+    cfg = resolved_run_config(recipe, tmp_path, {
+        "dataset": "synth", "features": {"backbone": "efficientnet_lite0"}, "model": {"embed_dim": 16, **DIVE},
+        "text": {"word_vectors": None, "word_dim": 8, "encoder": "bigru"}}, *layers.values())
+    torch.manual_seed(0)
+    return model_from_config(cfg, 6, WORDS)
+
+
+@pytest.mark.parametrize("recipe", DIVE_RECIPES)
+def test_dive_recipes_number_words_over_the_padded_batch(tmp_path, one_thread, recipe):
+    """kdwonn/DivE's PositionEmbeddingSine1D runs over the padded batch length: with attention to padding switched
+    off (pad_mode zero), a caption's embedding still changes when a longer caption pads it; it fails if a DivE
+    recipe goes back to the caption's own length."""
+    model = dive_recipe_model(tmp_path, recipe, off={"model": {"pad_mode": "zero"}}).eval()
+    with torch.no_grad():
+        alone = model.encode_text(batch(SHORT))[0]
+        padded = model.encode_text(batch(SHORT, LONG))[0]
+    assert (alone - padded).abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("recipe", DIVE_RECIPES)
+def test_dive_recipes_learn_the_pad_row(tmp_path, one_thread, recipe):
+    """kdwonn/DivE's word embedding has no padding index: under its attention to padding (pad_mode: code, 1/K of
+    every slot) the <pad> row (index 0) gets a gradient; the named option text.pad_row: frozen (padding_idx=0)
+    gives it none."""
+    code = {"model": {"pad_mode": "code"}}
+
+    def pad_row_grad(**layers: dict) -> float:
+        model = dive_recipe_model(tmp_path, recipe, code=code, **layers).train()
+        model.encode_text(batch(SHORT, LONG)).sum().backward()
+        return model.text.embed.weight.grad[0].abs().max().item()
+
+    assert dive_recipe_model(tmp_path, recipe).text.embed.padding_idx is None
+    assert pad_row_grad() > 0
+    assert pad_row_grad(frozen={"text": {"pad_row": "frozen"}}) == 0

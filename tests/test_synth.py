@@ -97,6 +97,24 @@ def test_generation_is_deterministic(tmp_path):
     assert (a.parent / "images" / "synth_000003.png").read_bytes() == (b.parent / "images" / "synth_000003.png").read_bytes()
 
 
+def test_test_seed_draws_the_test_scenes_alone_and_leaves_train_and_val(tmp_path):
+    """With test_seed the test scenes come from a generator of their own: train and val are the seed's, byte for
+    byte, and the test image is the first scene that seed draws (here: the first training image of a dataset
+    generated with seed 7); without it the test scene is the one drawn after val's (config/datasets/synth_dev.yaml)."""
+    kw = dict(n_val=1, n_test=1, image_size=64, progress=False)
+    old = json.loads(generate_synth(tmp_path / "old", n_train=2, **kw).read_text())["images"]
+    new = json.loads(generate_synth(tmp_path / "new", n_train=2, test_seed=7, **kw).read_text())["images"]
+    other = json.loads(generate_synth(tmp_path / "seven", seed=7, n_train=2, **kw).read_text())["images"]
+
+    def scene(img: dict) -> tuple:
+        return json.dumps(img["objects"]), [s["raw"] for s in img["sentences"]]
+
+    assert [scene(i) for i in old[:3]] == [scene(i) for i in new[:3]]  # train and val
+    assert scene(new[3]) == scene(other[0]) and scene(new[3]) != scene(old[3])
+    for name in ("synth_000000.png", "synth_000002.png"):
+        assert (tmp_path / "old" / "images" / name).read_bytes() == (tmp_path / "new" / "images" / name).read_bytes()
+
+
 #: sha256 over the file names and bytes of `xmr synth` at seed 0 with 6/1/1 images of 64 px (style v2), as the generator
 #: wrote them before its images were rendered apart from its random draws (commit 825b011): every feature, run and
 #: result on synth stands on these bytes
@@ -118,8 +136,9 @@ def test_images_rendered_by_worker_processes_are_the_same_files(tmp_path, worker
     """`xmr synth --workers N` (the workflow's synth rule: N = its cpus_per_task) renders and encodes the images in N
     processes while it draws the scenes from the seed: the dataset is the one generator's, byte for byte."""
     out = tmp_path / "synth"
+    # test_seed=null: the test scene drawn after val's, as synth_dev (and synth before its test_seed) draws it
     r = run_xmr("synth", "--config-dir", REPO_CONFIG, "--out", out, "--workers", workers, "--set", "n_train=6",
-                "n_val=1", "n_test=1", "image_size=64")
+                "n_val=1", "n_test=1", "image_size=64", "test_seed=null")
     assert r.returncode == 0, r.stderr
     assert _digest(out) == SEED0_TINY_SHA256
     bad = run_xmr("synth", "--config-dir", REPO_CONFIG, "--out", tmp_path / "none", "--workers", "0")
@@ -135,3 +154,14 @@ def test_stats_cli_prints_json_and_names_a_missing_file(two_styles, tmp_path):
         assert key in stats
     bad = run_xmr("synth", "--stats", tmp_path / "none.json")
     assert bad.returncode == 2 and "none.json: not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_development_split_is_synths_old_generation_under_its_own_root():
+    """synth_dev (config/datasets/synth_dev.yaml) generates what synth generated before its test_seed: the same
+    arguments without it, into a folder of its own, so `make demo` (data/synth) never writes it."""
+    from xmr.config.loader import load_dataset_config
+
+    synth, dev = load_dataset_config("synth", REPO_CONFIG), load_dataset_config("synth_dev", REPO_CONFIG)
+    assert synth["generate"]["test_seed"] != synth["generate"]["seed"]
+    assert dev["generate"] == {k: v for k, v in synth["generate"].items() if k != "test_seed"}
+    assert dev["root"] == "data/synth_dev" and dev["annotations"].startswith("data/synth_dev/")

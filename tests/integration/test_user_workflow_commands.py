@@ -30,9 +30,12 @@ def test_typo_in_a_snakemake_target_is_one_line():
 
 def test_benchmark_dry_run_says_how_many_trainings_it_implies():
     from xmr.studies.benchmark import load_benchmark
+    from xmr.studies.claims import joint_family_benchmarks
 
     bench = load_benchmark(REPO / "config" / "benchmark" / "benchmark.yaml", REPO / "config")
-    n = len(bench.variants) * len(bench.seeds)  # one training per variant x seed
+    # one training per variant x seed, of this file and of the files sharing its Holm families (runs_from: once)
+    benches = [bench] + joint_family_benchmarks(bench)
+    n = len({b.run_dir(v, s) for b in benches for v in b.variants for s in b.seeds})
     r = subprocess.run(["snakemake", "-n", "--nolock", "results/synth/benchmark.md"], cwd=REPO, env=_env(),
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -7,6 +7,7 @@
 
 from xmr.planning.workflow_inputs import announce_trainings
 from xmr.studies.benchmark import benchmark_names, load_benchmark
+from xmr.studies.claims import joint_family_benchmarks
 
 
 wildcard_constraints:
@@ -22,10 +23,11 @@ def bench_of(wc):
 
 
 def benchmark_results(wc):
-    bench = bench_of(wc)
+    # its own runs and those of the other files with claims in its Holm families (adjusted as one family)
+    benches = [bench_of(wc)] + joint_family_benchmarks(bench_of(wc))
     announce_trainings(f"results/{wc.dataset}/{wc.bench}.md",
-                       sorted({bench.run_dir(v, s) for v in bench.variants for s in bench.seeds}))
-    return [str(p) for p in bench.results()]
+                       sorted({b.run_dir(v, s) for b in benches for v in b.variants for s in b.seeds}))
+    return sorted({str(p) for b in benches for p in b.results()})
 
 
 rule benchmark_table:

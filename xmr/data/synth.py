@@ -468,11 +468,13 @@ class _Renderer:
 
 def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: int = 250, n_test: int = 250,
                    captions_per_image: int = 5, image_size: int = 224, style: str = "v2",
-                   min_objects: int = 3, max_objects: int = 5, progress: bool = True, workers: int = 1) -> Path:
+                   min_objects: int = 3, max_objects: int = 5, progress: bool = True, workers: int = 1,
+                   test_seed: int | None = None) -> Path:
     """Write ``out/dataset_synth.json`` and ``out/images/*.png``; return the JSON path. Atomic: the folder
     appears complete or not at all. ``min_objects``/``max_objects`` apply to style v2 (v1 draws 2-4).
     ``workers`` > 1 renders and encodes the images in that many processes while this one draws the scenes and
-    captions from the seed: the same files, byte for byte."""
+    captions from the seed: the same files, byte for byte. ``test_seed`` draws the test split's scenes from a seed
+    of their own (train and val unchanged); None draws them after val's from ``seed``."""
     from tqdm import tqdm
 
     out = Path(out)
@@ -488,13 +490,15 @@ def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: i
     if tmp.exists():
         shutil.rmtree(tmp)
     (tmp / "images").mkdir(parents=True)
-    rng = random.Random(seed)
+    main_rng = random.Random(seed)
+    test_rng = random.Random(test_seed) if test_seed is not None else main_rng
     images = []
     splits = ["train"] * n_train + ["val"] * n_val + ["test"] * n_test
     sentid = 0
     shapes = SHAPES if style == "v1" else SHAPES_V2
     with _Renderer(tmp / "images", image_size, workers) as renderer:
         for imgid, split in enumerate(tqdm(splits, desc="synth", unit="img", disable=not progress)):
+            rng = test_rng if split == "test" else main_rng
             if style == "v1":
                 objs = _place(rng, image_size, rng.randint(2, 4))
             else:
@@ -532,7 +536,7 @@ def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: i
             images.append(entry)
             sentid += len(caps)
     doc = {"dataset": "synth", "style": style, "seed": seed, "image_size": image_size, "label_names": shapes,
-           "images": images}
+           "images": images, **({"test_seed": test_seed} if test_seed is not None else {})}
     (tmp / "dataset_synth.json").write_text(json.dumps(doc))
     if out.exists():
         shutil.rmtree(out)

@@ -41,7 +41,9 @@ class BiGRUEncoder(TextEncoder):
 
         self.vocab = Vocabulary(vocab_words)
         init, self.coverage = embedding_matrix(vocab_words, text_cfg.get("word_vectors"), text_cfg["word_dim"], seed)
-        self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=0)
+        # text.pad_row: frozen keeps the <pad> row (index 0) out of the gradient; trained learns it (kdwonn/DivE)
+        pad = 0 if text_cfg.get("pad_row", "frozen") == "frozen" else None
+        self.embed = nn.Embedding(len(vocab_words), init.shape[1], padding_idx=pad)
         self.embed.weight.data.copy_(torch.from_numpy(init))
         self.embed.weight.requires_grad_(text_cfg.get("finetune_words", True))
         directions = text_cfg.get("bigru_directions", "mean")

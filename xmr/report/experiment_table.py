@@ -122,12 +122,13 @@ def missing_note(missing: list[str], show: int = 4) -> str:
 
 
 def experiment_markdown(exp: Experiment, rows: list[dict], missing: list[str] = (), heading: bool = True,
-                        paper: dict | None = None) -> str:
-    """The wide Markdown table (variant per row), with the experiment's header and a note on missing files."""
+                        paper: dict | None = None, split: str = "") -> str:
+    """The wide Markdown table (variant per row), with the experiment's header (and the split its numbers are
+    from) and a note on missing files."""
     lines = []
     if heading:
         lines.append(f"### Experiment `{exp.name}`" + (f" ({exp.doc['paper']})" if exp.doc.get("paper") else ""))
-        lines += ["", *experiment_header(exp), ""]
+        lines += ["", *experiment_header(exp), *([f"Measured on {split}."] if split else []), ""]
     cols, cells = experiment_table_cells(exp, rows, paper)
     lines += ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     lines += ["| " + " | ".join(c) + " |" for c in cells]
@@ -239,7 +240,10 @@ def write_experiment_table(exp: Experiment, dataset: str, out_dir: str | os.Path
     from xmr.report.paper import paper_experiment
 
     paper = paper_experiment(exp.name)
-    for name, text in (("table.md", experiment_markdown(exp, rows, missing, paper=paper)),
+    from xmr.studies.benchmark import split_description
+
+    split = split_description(dataset, config_dir)
+    for name, text in (("table.md", experiment_markdown(exp, rows, missing, paper=paper, split=split)),
                        ("table.csv", csv_table(rows, CSV_COLUMNS))):
         with atomic_path(out / name, ".tmp") as tmp:
             tmp.write_text(text)

@@ -8,14 +8,12 @@ the whole test split and on each evaluation subset of the dataset, e.g. synth's 
 training ended and the spread of its test matrix, collapsed runs flagged), ``{name}_curves.png`` (validation curves)
 and ``results/{dataset}/{name}_claims.{md,csv}``: each claim of a seed paper with our difference and a verdict.
 
-Verdicts (docs/benchmark.md "Verdicts"): a two-sided t-test of the difference at its actual degrees of freedom: two
-sides that are the same trained models (e.g. a variant with and without a re-ranker) are compared seed by seed
-(paired, df = n - 1), with a query-level paired bootstrap beside it; other sides as two independent samples (Welch's
-standard error, Welch-Satterthwaite df). Each row has the 95 % interval, the effect the test could detect at the
-file's ``power``, and an equivalence test against the file's ``smallest_effect``. Holm's step-down rule adjusts
-both within each claim's ``family``; a claim *holds* or is *refuted* (the test rejects, for or against the claim),
-shows *no effect ≥ Δ* (the equivalence test rejects) or is *underpowered*. Both sides must differ only in
-declared settings (:func:`claim_differences`).
+Verdicts (docs/benchmark.md "Verdicts"; :mod:`xmr.studies.claims`): one-sided t tests in the claimed direction
+(paired over seeds when both sides are the same trained models, with a query-level paired bootstrap beside it; else
+Welch's), a one-sided non-superiority test against the file's ``smallest_effect``, an exact permutation test over
+seeds beside each, Holm's step-down rule within each family across every benchmark file; each verdict is scoped to
+the dataset (*holds on synth*, *reversed on synth*, *no effect ≥ Δ on synth*, *underpowered on synth*). Both sides
+must differ only in declared settings (:func:`claim_differences`).
 """
 
 from __future__ import annotations
@@ -32,12 +30,13 @@ import numpy as np
 
 from xmr.core.errors import XmrError
 from xmr.evaluation.stats import compare, holm, mean_std, t_test  # noqa: F401 - the statistics of the claims
+from xmr.studies.claims import (ALPHA, HOLDS, NO_EFFECT, REVERSED, UNDERPOWERED, claims_markdown,  # noqa: F401
+                                judge_claims, verdict)
 from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 
 PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
 METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
-ALPHA = 0.05  # two-sided, family-wise over the claims (Holm)
 #: per-run set statistics a claim can compare (xmr/evaluation/set_stats.py; the same value for every re-ranker and
 #: subset of a run: they describe its image embeddings); NaN for a run of a single-embedding method
 SET_METRICS = ("correlation", "residual_correlation")
@@ -102,6 +101,10 @@ class Benchmark:
 
         return load_run_config(self.recipe_path(variant), self.train_overrides(variant, seed))
 
+    def path_metrics(self) -> list[str]:
+        """The claims' metrics given as dotted paths into a results file (``extended.t2i.map_at_r``)."""
+        return sorted({c["metric"] for c in self.claims if "." in c["metric"]})
+
     def label(self, variant: str) -> str:
         v = self.variants[variant]
         if v.get("label"):
@@ -156,6 +159,20 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
         if c["metric"] not in bench.smallest_effect:
             raise XmrError(f"{src}: claims[{i}] compares {c['metric']}, which has no smallest_effect; add "
                            f"smallest_effect.{c['metric']} (docs/benchmark.md \"Verdicts\")")
+        if c.get("extends") and not any(q in c["extends"] for q in ('"', "“")):
+            raise XmrError(f"{src}: claims[{i}].extends must quote the sentence it extends, with its section "
+                           f"(DVSE §IV-B: \"...\"), not {c['extends']!r}")
+    if doc["contribution"]:
+        from xmr.studies.claims import add_contribution_claims
+
+        add_contribution_claims(bench)
+    kinds: dict[str, set] = {}
+    for c in bench.claims:
+        kinds.setdefault(c["family"], set()).add(bool(c.get("extends")))
+    for family, k in kinds.items():
+        if len(k) > 1:
+            raise XmrError(f"{src}: family {family!r} mixes a paper's stated claims with xmr's extensions (claims "
+                           f"with `extends:`); give the extensions a family of their own")
     return bench
 
 
@@ -321,9 +338,21 @@ def set_metrics(result: dict) -> dict[str, float]:
     return {m: float(stats.get(m, float("nan"))) for m in SET_METRICS}
 
 
+def path_metric(evaluation: dict, subset: str, path: str) -> float:
+    """A claim's metric given as a dotted path into one evaluation of a results file (``extended.t2i.map_at_r``),
+    read on ``subset``: the whole split's evaluation, or its ``subsets.<subset>`` part; a path that starts with
+    ``subsets.`` is read from the whole evaluation as written. NaN where the file has no such number."""
+    node: Any = evaluation if subset == ALL or path.startswith("subsets.") else \
+        (evaluation.get("subsets") or {}).get(subset)
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return float(node) if isinstance(node, (int, float)) else float("nan")
+
+
 def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, strict: bool = True) -> list[dict]:
     """One record per (variant, seed, re-ranker, subset) with the metrics, from the per-seed results files (the
-    run's set statistics, ``SET_METRICS``, repeated in each of its records)."""
+    run's set statistics, ``SET_METRICS``, repeated in each of its records; a claim's dotted-path metric,
+    :func:`path_metric`, added where a claim names one)."""
     from xmr.core.io import read_json
 
     records = []
@@ -341,8 +370,9 @@ def gather(bench: Benchmark, results_root: str | os.PathLike = RESULTS_ROOT, str
                 if rerank not in by_rerank:
                     raise XmrError(f"{p}: no evaluation with re-ranker {rerank!r}; re-run its evaluation")
                 for subset, metrics in flat_metrics(by_rerank[rerank]).items():
+                    paths = {m: path_metric(by_rerank[rerank], subset, m) for m in bench.path_metrics()}
                     records.append({"variant": variant, "seed": seed, "rerank": rerank, "subset": subset, **metrics,
-                                    **set_metrics(doc)})
+                                    **set_metrics(doc), **paths})
     if missing and strict:
         raise XmrError(f"{len(missing)} benchmark results missing, e.g. {missing[0]}; build them with "
                        f"`snakemake -c2 results/{bench.dataset}/{bench.name}.md`")
@@ -467,23 +497,6 @@ def _values(records: list[dict], variant: str, rerank: str, subset: str, metric:
             if r["variant"] == variant and r["rerank"] == rerank and r["subset"] == subset}
 
 
-#: the four verdicts (docs/benchmark.md "Verdicts"); a claim whose runs are missing reads "not run"
-HOLDS, REFUTED, NO_EFFECT, UNDERPOWERED = "holds", "refuted", "no effect ≥ Δ", "underpowered"
-
-
-def verdict(diff: float, p_adjusted: float, p_equivalence_adjusted: float = float("nan"),
-            alpha: float = ALPHA) -> str:
-    """*holds* / *refuted*: the (Holm-adjusted) two-sided test rejects no difference, with the difference in / against
-    the claimed direction; else *no effect ≥ Δ*: the (Holm-adjusted) equivalence test rejects an effect as large as
-    the one of interest; else *underpowered*: neither decides (the row's detectable effect says at what size this
-    design would)."""
-    if math.isfinite(p_adjusted) and p_adjusted < alpha and diff != 0:
-        return HOLDS if diff > 0 else REFUTED
-    if math.isfinite(p_equivalence_adjusted) and p_equivalence_adjusted < alpha:
-        return NO_EFFECT
-    return UNDERPOWERED
-
-
 def differs_text(diffs: list[Difference], values: bool = True) -> str:
     """The declared differences of a claim's row, grouped by who declares them (``dive's `loss.margin` 0.1 / 0.2``;
     ``values=False``: the keys alone, as the claims table shows them)."""
@@ -492,14 +505,6 @@ def differs_text(diffs: list[Difference], values: bool = True) -> str:
     for d in diffs:
         groups.setdefault(owner.get(d.by, f"{d.by}'s"), []).append(d.text() if values else f"`{d.key}`")
     return "; ".join(f"{who} {', '.join(items)}" for who, items in groups.items())
-
-
-def _unjudged(c: dict, subset: str, metric: str, paired: bool, why: str) -> dict:
-    nan = float("nan")
-    return {"claim": c["claim"], "source": c["source"], "family": c["family"], "better": c["better"],
-            "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": nan, "better_std": nan,
-            "worse_mean": nan, "worse_std": nan, "diff": nan, "se": nan, "n": 0, "t": nan, "df": nan, "p": nan,
-            "paired": paired, "verdict": why, "differs": "", "differs_keys": ""}
 
 
 def ranks_path(result_path: str | os.PathLike) -> Path:
@@ -547,65 +552,6 @@ def query_level(bench: Benchmark, claim: dict, seeds: list[int],
     per_seed = [query_differences(read_query_ranks(ranks_path(bench.result_path(v, s, results_root))), br, wr,
                                   claim["subset"], claim["metric"]) for s in seeds]
     return cluster_bootstrap(per_seed, bench.query_resamples, seed=0)
-
-
-def judge_claims(bench: Benchmark, records: list[dict], differences: dict[int, list[Difference]] | None = None,
-                 results_root: str | os.PathLike = RESULTS_ROOT) -> list[dict]:
-    """One row per claim: both sides' mean ± std, the difference with its 95 % interval, the seed-level test (paired
-    or Welch), the effect it could detect at ``bench.power`` (level α / the family's size: Holm's strictest step),
-    the equivalence test against the smallest effect of interest, Holm's adjustment of both within each family,
-    the query-level test for claims on the same models, what differs between the sides, and the verdict."""
-    from xmr.evaluation.stats import confidence_interval, detectable_effect, equivalence_p
-
-    differences = differences or {}
-    rows = []
-    for i, c in enumerate(bench.claims):
-        bv, br = _side(c["better"])
-        wv, wr = _side(c["worse"])
-        subset, metric = c["subset"], c["metric"]
-        declared = {"differs": differs_text(differences.get(i, [])),
-                    "differs_keys": differs_text(differences.get(i, []), values=False)}
-        b, w = _values(records, bv, br, subset, metric), _values(records, wv, wr, subset, metric)
-        if metric in SET_METRICS:  # runs without set statistics (a single-embedding method, an older results file)
-            measured = {v: {s: x for s, x in side.items() if math.isfinite(x)} for v, side in (("b", b), ("w", w))}
-            if (b and w) and not (measured["b"] and measured["w"]):
-                rows.append({**_unjudged(c, subset, metric, bv == wv, "not measured"), **declared})
-                continue
-            b, w = measured["b"], measured["w"]
-        if not b or not w:
-            if any(r["subset"] == subset for r in records):  # the subset exists: these runs are missing
-                rows.append({**_unjudged(c, subset, metric, bv == wv, "not run"), **declared})
-                continue
-            raise XmrError(f"{bench.path}: claim {c['claim']!r}: no results for subset {subset!r}; does the dataset "
-                           f"define that evaluation subset?")
-        paired = bv == wv
-        # diff > 0 always means "as claimed": for a lower-is-better metric the claimed-better side is the lower one
-        cmp = compare(w, b, paired=paired) if metric in LOWER_IS_BETTER else compare(b, w, paired=paired)
-        (bm, bs), (wm, ws) = mean_std(b.values()), mean_std(w.values())
-        lo, hi = confidence_interval(cmp["diff"], cmp["se"], cmp["df"])
-        sesoi = bench.smallest_effect[metric]
-        row = {"claim": c["claim"], "source": c["source"], "family": c["family"], "better": c["better"],
-               "worse": c["worse"], "subset": subset, "metric": metric, "better_mean": bm, "better_std": bs,
-               "worse_mean": wm, "worse_std": ws, **cmp, "ci_low": lo, "ci_high": hi, "paired": paired,
-               "smallest_effect": sesoi, "p_equivalence": equivalence_p(cmp["diff"], cmp["se"], cmp["df"], sesoi),
-               **declared}
-        if paired and metric in QUERY_CUTOFFS:
-            seeds = sorted(set(b) & set(w))
-            row.update({f"query_{k}": v for k, v in query_level(bench, c, seeds, results_root).items()})
-        rows.append(row)
-    for family in dict.fromkeys(r["family"] for r in rows):
-        members = [r for r in rows if r["family"] == family]
-        size = sum(math.isfinite(r["p"]) for r in members)
-        for row, p_adj, q_adj in zip(members, holm([r["p"] for r in members]),
-                                     holm([r.get("p_equivalence", float("nan")) for r in members])):
-            row["p_holm"], row["p_equivalence_holm"], row["family_size"] = p_adj, q_adj, size
-            if row.get("verdict") in ("not run", "not measured"):
-                continue
-            row["alpha"] = ALPHA / max(size, 1)
-            row["detectable"] = detectable_effect(row["se"], row["df"], row["alpha"], bench.power)
-            row["verdict"] = verdict(row["diff"], p_adj, q_adj)
-    columns = list(dict.fromkeys(k for r in rows for k in r))  # one set of columns (the CSV): NaN where none
-    return [{k: r.get(k, float("nan")) for k in columns} for r in rows]
 
 
 # ------------------------------------------------------------------------------------------------- writing
@@ -662,6 +608,21 @@ def timing(bench: Benchmark, runs_root: str | os.PathLike = RUNS_ROOT,
             "runs": len(starts)}
 
 
+def split_description(dataset: str, config_dir: str | os.PathLike = "config") -> str:
+    """Which split a table's numbers are from: the dataset's test split and, for a generated dataset, the seed its
+    test images came from (``the synth test split, test images from seed 20261207``)."""
+    from xmr.config.loader import load_dataset_config
+
+    if not (Path(config_dir) / "datasets" / f"{dataset}.yaml").exists():
+        return f"the {dataset} test split"
+    ds = load_dataset_config(dataset, config_dir)
+    gen = ds.get("generate") or {}
+    seed = gen.get("test_seed", gen.get("seed")) if gen else None
+    where = "" if seed is None else f", test images from seed {seed}" + \
+        ("" if "test_seed" in gen else " (drawn after the training and validation images)")
+    return f"the {dataset} {ds.get('test_split', 'test')} split{where}"
+
+
 def dataset_stats(bench: Benchmark) -> dict | None:
     """``xmr synth --stats`` of the benchmark's dataset when it is generated (synth), else None."""
     from xmr.config.loader import load_dataset_config
@@ -679,6 +640,7 @@ def dataset_stats(bench: Benchmark) -> dict | None:
 def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], times: dict,
                        stats: dict | None = None, missing: list[str] = (), training: list[dict] = ()) -> str:
     out = io.StringIO()
+    out.write(f"Measured on {split_description(bench.dataset, bench.config_dir)}.\n\n")
     if stats:
         test = stats["splits"].get("test", {})
         out.write(f"Dataset ({stats['file']}, style {stats['style']}): false_negative_rate_b128 "
@@ -736,76 +698,8 @@ def training_part(bench: Benchmark, training: list[dict], times: dict, missing: 
     """The short page part: how each variant trained (epochs, ending, time, spread) and what the whole run took."""
     note = (f"**Incomplete: {len(missing)} runs have no results yet** ({', '.join(missing)}).\n\n"
             if missing else "")
-    return training_markdown(bench, training) + note + time_line(bench, times)
-
-
-def claims_markdown(claims: list[dict], n_seeds: int, bench: Benchmark | None = None,
-                    differences: dict[int, list[Difference]] | None = None) -> str:
-    """The claims table, its legend (the tests, the families, Δ) and the sources of the declared differences."""
-    out = io.StringIO()
-    out.write("| claim | source | comparison | subset | claimed better | claimed worse | difference [95 % CI] | "
-              "t (df) | p (Holm) | detectable | verdict | query level [95 % CI] | what differs |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-    for c in claims:
-        metric = "" if c["metric"] == "rsum" else \
-            f" ({c['metric']}{', lower is better' if c['metric'] in LOWER_IS_BETTER else ''})"
-        dg = 3 if c["metric"] in SET_METRICS else 1
-        nan = float("nan")
-        diff = "–" if not math.isfinite(c["diff"]) else \
-            f"{c['diff']:+.{dg}f} [{_num(c.get('ci_low', nan), dg)}, {_num(c.get('ci_high', nan), dg)}]" \
-            f"{' (paired)' if c['paired'] else ''}{_seeds_note(c['n'], n_seeds)}"
-        t = "–" if not math.isfinite(c.get("df", nan)) else f"{c['t']:+.2f} ({c['df']:.1f})"
-        found = c.get("detectable", nan)
-        detect = "–" if not math.isfinite(found) else f"{found:.{dg}f}"
-        query = "–" if not math.isfinite(c.get("query_diff", nan)) else \
-            f"{c['query_diff']:+.1f} [{c['query_ci_low']:+.1f}, {c['query_ci_high']:+.1f}], p {_p(c['query_p'])}"
-        out.write(f"| {c['claim']} | {c['source']} | `{c['better']}` vs `{c['worse']}`{metric} | {c['subset']} | "
-                  f"{_pm(c['better_mean'], c['better_std'], dg)} | {_pm(c['worse_mean'], c['worse_std'], dg)} | "
-                  f"{diff} | {t} | {_p(c.get('p_holm'))} | {detect} | **{c['verdict']}** | {query} | "
-                  f"{'same models' if c['paired'] else c.get('differs_keys') or 'nothing'} |\n")
-    tested = [c for c in claims if math.isfinite(c.get("p", float("nan")))]
-    families = {}
-    for c in tested:
-        families[c["family"]] = families.get(c["family"], 0) + 1
-    fams = ", ".join(f"{f} ({k})" for f, k in families.items())
-    deltas = ", ".join(f"{k} {v:g}" for k, v in (bench.smallest_effect if bench else {}).items()
-                       if any(c["metric"] == k for c in claims))
-    power = bench.power if bench else 0.8
-    raw = sum(c["p"] < ALPHA for c in tested)
-    verdicts = {v: sum(c["verdict"] == v for c in claims) for v in (HOLDS, REFUTED, NO_EFFECT, UNDERPOWERED)}
-    out.write(f"\nMean ± std over {n_seeds} seeds. The difference is signed so that > 0 is the claimed direction "
-              f"(claimed worse − claimed better for a lower-is-better metric), with its 95 % confidence interval. "
-              f"Seed level: a two-sided t test, paired over seeds (df = n − 1) when both sides are the same models, "
-              f"else Welch's (Welch–Satterthwaite df); Holm's step-down rule within each family (one per paper: "
-              f"{fams}). *Detectable*: the smallest true difference this test finds with {power:.0%} power at level "
-              f"0.05 / the family's size (Holm's strictest step), given the spread observed. Smallest effect of "
-              f"interest Δ: {deltas} (fixed before the runs, docs/benchmark.md \"Verdicts\"). *holds* / "
-              f"*refuted*: Holm-adjusted p < {ALPHA} with the difference for / against the claim; *no effect ≥ Δ*: "
-              f"the equivalence test (two one-sided tests at ±Δ, Holm-adjusted within the family) rejects an "
-              f"effect as large as Δ; *underpowered*: neither decides. "
-              f"Verdicts: {', '.join(f'{k} {v}' for k, v in verdicts.items())}; unadjusted, {raw} of {len(tested)} "
-              f"would pass p < {ALPHA}. *Query level* (claims on the same models): the mean over seeds of the "
-              f"per-query difference summed over the test queries, its 95 % interval and p from "
-              f"{bench.query_resamples if bench else 2000} bootstrap resamples of the test images, each with its "
-              f"captions, within each seed: whether these trained models gain on this test set. *What differs*: "
-              f"every setting on which the two sides' resolved run configs differ, each declared (sources "
-              f"below); the protocol (batch, masking, stopping rule) is the same on both sides.\n")
-    declared = sorted({(d.by, d.key, _short(d.value), d.source) for diffs in (differences or {}).values()
-                       for d in diffs if d.by not in ("variant", "claim")})
-    if declared:
-        out.write("\nDeclared settings (config/method_settings.yaml): "
-                  + "; ".join(f"{by} `{key}` {value}: {source}" for by, key, value, source in declared) + ".\n")
-    return out.getvalue()
-
-
-def _num(x: float, digits: int) -> str:
-    return f"{x:+.{digits}f}" if math.isfinite(x) else "–"
-
-
-def _p(p: float | None) -> str:
-    if p is None or not math.isfinite(p):
-        return "–"
-    return f"{p:.3f}" if p >= 0.001 else "< 0.001"
+    return (f"Measured on {split_description(bench.dataset, bench.config_dir)}.\n\n" + training_markdown(bench, training)
+            + note + time_line(bench, times))
 
 
 def _seeds_note(n: int, n_seeds: int) -> str:
@@ -905,7 +799,8 @@ def write_benchmark(bench: Benchmark, out_dir: str | os.PathLike | None = None,
     present = {(r["variant"], r["seed"]) for r in records}
     missing = [f"{v}/s{sd}" for v in bench.variants for sd in bench.seeds if (v, sd) not in present]
     for key, text in (("md", benchmark_markdown(bench, rows, claims, times, stats, missing, training)),
-                      ("claims_md", claims_markdown(claims, len(bench.seeds), bench, differences)),
+                      ("claims_md", claims_markdown(claims, len(bench.seeds), bench, differences,
+                                                    split_description(bench.dataset, bench.config_dir))),
                       ("training_md", training_part(bench, training, times, missing)),
                       ("csv", _csv(records)), ("claims_csv", _csv(claims))):
         with atomic_path(paths[key], ".tmp") as tmp:
