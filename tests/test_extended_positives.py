@@ -249,3 +249,28 @@ def test_row_order_from_ids_permutes_the_positives():
     row = dict(zip(ref.i2t.queries.tolist(), ref.i2t.items.tolist()))
     for q, items in zip(moved.i2t.queries[:50].tolist(), moved.i2t.items[:50].tolist()):
         assert sorted(col_perm[x] for x in items if x >= 0) == [x for x in row[old_of_row[q]] if x >= 0]
+
+
+def test_xmr_test_on_synth_reports_extended_positives_whole_split_and_subsets(tiny_synth, tiny_synth_run, tmp_path):
+    """`xmr test` on a synth run: `extended` (synth_scenes) beside R@K, and per subset, equal to the evaluator given
+    positives worked out here from the scene records with caption_true_of."""
+    doc = json.loads((tiny_synth.root / "data" / "synth" / "dataset_synth.json").read_text())
+    test = [e for e in doc["images"] if e["split"] == "test"]
+    lists = [[k for k, o in enumerate(test) if caption_true_of(s["semantics"], o["objects"], doc["image_size"])]
+             for e in test for s in e["sentences"][:5]]
+    assert all(j // 5 in pos for j, pos in enumerate(lists))  # a caption is true of its own image
+    sims = np.random.default_rng(1).random((len(test), 5 * len(test)), dtype=np.float32)
+    np.save(tmp_path / "S.npy", sims)
+    run_xmr("test", "--run", tiny_synth_run, "--sims", tmp_path / "S.npy", "--no-tracking",
+            "--out", tmp_path / "r.json", check=True)
+    got = json.loads((tmp_path / "r.json").read_text())
+    subsets = {"ambiguous": {"images": np.asarray(["ambiguous" in e.get("subsets", []) for e in test]),
+                             "captions": np.asarray(["ambiguous" in s.get("subsets", []) for e in test
+                                                     for s in e["sentences"][:5]])}}
+    want = evaluate_sims(sims, "plain", 5, positives=positives_from_caption_lists(lists, len(test), "synth_scenes"),
+                         subsets=subsets)
+    assert got["extended"]["positives"] == "synth_scenes"
+    for d in ("i2t", "t2i"):
+        assert got["extended"][d] == pytest.approx(want["extended"][d], abs=1e-3)
+        assert got["subsets"]["ambiguous"]["extended"][d] == pytest.approx(
+            want["subsets"]["ambiguous"]["extended"][d], abs=1e-3, nan_ok=True)

@@ -21,7 +21,8 @@ are required (a dataset of your own needs no more; docs/datasets.md "Your own da
   it is true of (ids as xmr reads them: ``cocoid``, else ``imgid``, else the file name; images outside the split
   are skipped). They are exposed as ``extra['positives'] = {"source", "t2i": each caption's image rows, its own
   image included}``, and the evaluator reports ECCV Caption's metrics over them (``extended`` in results files).
-  ``source`` is the dataset config's ``positives_source`` (synth: ``synth_scenes``).
+  ``source`` is the dataset config's ``positives_source`` (synth: ``synth_scenes``); a dataset that sets it has
+  them even when no sentence lists another image.
 
 A split may gather several Karpathy splits. Images with more captions than ``captions_per_image`` keep their
 first ones (COCO has images with 6 or 7; the released precomputed features keep 5); fewer is an error.
@@ -151,7 +152,7 @@ def split_of_images(cfg: dict, split: str, ann: Path, images: list[dict], place:
     if names:
         extra["subsets"] = {n: {"images": np.asarray([n in sub for sub in img_subsets]),
                                 "captions": np.asarray([n in sub for sub in cap_subsets])} for n in names}
-    if any(cap_positives):
+    if any(cap_positives) or cfg.get("positives_source"):
         row_of = {iid: r for r, iid in enumerate(ids)}
         extra["positives"] = {
             "source": cfg.get("positives_source", "annotations"),
