@@ -141,7 +141,7 @@ def _coco_matrix(tmp_path: Path) -> tuple[Path, dict[tuple[int, int], bool]]:
     """A 5000 x 25000 matrix with no tie in any row or column: the residue (A·i + B·j) mod P, plus P on each image's
     own captions and on one ECCV positive of every other caption query (the "lifted" entries), so that the metrics
     are far from zero. Returns its file and the lifted entries."""
-    from xmr.evaluation.coco_positives import coco_positives
+    from xmr.data.coco_positives import coco_positives
 
     s = np.add.outer(((A * np.arange(5000)) % P).astype(np.float32), ((B * np.arange(25000)) % P).astype(np.float32))
     np.subtract(s, P, out=s, where=s >= P)  # integers below 2P: exact in float32
@@ -185,7 +185,7 @@ def _top_lists(lifted: set, ids_q, ids_g, width: int, columns: bool = False) -> 
 
 @pytest.mark.slow
 def test_cli_eccv_and_cxc_equal_the_package_on_coco_5k(tmp_path):
-    from xmr.evaluation.coco_positives import coco_test_order
+    from xmr.data.coco_positives import coco_test_order
 
     path, lifted = _coco_matrix(tmp_path)
     out = {}
@@ -222,24 +222,27 @@ def test_bad_input_is_one_line(tmp_path):
                 "--out", tmp_path / "m.json", cwd=ROOT)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
     assert "of the 5000 image ids are COCO 5K test images" in r.stderr and "--image-ids" in r.stderr
-    from xmr.evaluation.coco_positives import coco_test_order
+    from xmr.data.coco_positives import coco_positives, coco_test_order
 
     images, captions = coco_test_order()
     swapped = images.copy()
     swapped[3] = 1  # not a test image
     with pytest.raises(XmrError, match=r"image id 1 \(row 3\) is not one of the COCO 5K test images"):
-        evaluate_sims(s, "eccv", image_ids=swapped)
+        coco_positives("eccv", swapped)
     caps = captions.copy()
     caps[[0, 5]] = caps[[5, 0]]  # caption 0 under image 1's row
     with pytest.raises(XmrError, match=rf"caption id {caps[0]} \(column 0\) is not a COCO 5K test caption of image"):
-        evaluate_sims(s, "cxc", caption_ids=caps)
-    with pytest.raises(XmrError, match="order the matrix for protocols eccv and cxc, not coco5k"):
-        evaluate_sims(s, "coco5k", image_ids=images)
+        coco_positives("cxc", images, caps)
+    with pytest.raises(XmrError, match="protocol cxc scores the cxc positives: pass positives="):
+        evaluate_sims(s, "cxc", positives=coco_positives("eccv"))
+    r = run_xmr("evaluate", "--sims", tmp_path / "S.npy", "--protocol", "coco5k", "--image-ids", tmp_path / "rows.txt",
+                "--out", tmp_path / "m.json", cwd=ROOT)
+    assert r.returncode == 2 and "--image-ids orders the matrix for --protocol eccv or cxc only" in r.stderr
 
 
 def test_row_order_from_ids_permutes_the_positives():
     # the same scores with rows and columns listed in another order give the same numbers
-    from xmr.evaluation.coco_positives import coco_positives, coco_test_order
+    from xmr.data.coco_positives import coco_positives, coco_test_order
 
     images, captions = coco_test_order()
     perm = np.random.default_rng(0).permutation(5000)

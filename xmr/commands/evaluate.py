@@ -100,11 +100,18 @@ def run(args: argparse.Namespace) -> int:
         inputs["caption_labels"] = load_array(args.caption_labels, "caption labels", numeric=False)
     if inputs.keys() & {"image_labels", "caption_labels"} and args.protocol != "cub":
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
+    ids = {}
     for flag in ("image_ids", "caption_ids"):
         if getattr(args, flag):
             if args.protocol not in ("eccv", "cxc"):
                 raise XmrError(f"--{flag.replace('_', '-')} orders the matrix for --protocol eccv or cxc only")
-            inputs[flag] = _read_ids(getattr(args, flag), flag.replace("_", " ")[:-1])
+            ids[flag] = _read_ids(getattr(args, flag), flag.replace("_", " ")[:-1])
+    if args.protocol in ("eccv", "cxc"):  # the package's annotations, in the rows' order: read here, at the edge
+        from xmr.data.coco_positives import coco_positives
+        from xmr.evaluation import get_protocol
+
+        if tuple(sims.shape) == get_protocol(args.protocol).shape:  # else the evaluator's one line on the shape
+            inputs["positives"] = coco_positives(args.protocol, ids.get("image_ids"), ids.get("caption_ids"))
     rows = {}
     if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
         from xmr.config.loader import load_array_params, load_rerank_rows

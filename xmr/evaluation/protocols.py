@@ -14,10 +14,10 @@ eccv       5000 x 25000                 coco5k's numbers plus ``extended``: ECCV
 cxc        5000 x 25000                 coco5k's numbers plus ``cxc``: CxC R@1/5/10
 =========  ==========================  =====================================================================
 
-Extended positives (:mod:`xmr.evaluation.extended`): ``eccv`` and ``cxc`` read theirs from the eccv-caption
-package (:mod:`xmr.evaluation.coco_positives`), rows/columns in its order unless ``image_ids``/``caption_ids`` say
-otherwise; any other single-fold protocol given ``positives`` (a dataset's own, e.g. synth's) adds ``extended``
-beside its R@K, and to each subset.
+Extended positives (:mod:`xmr.evaluation.extended`): ``eccv`` and ``cxc`` take theirs as ``positives``, read at the
+edge from the eccv-caption package (:func:`xmr.data.coco_positives.coco_positives`, which also orders them by the
+rows' COCO ids); any other single-fold protocol given ``positives`` (a dataset's own, e.g. synth's) adds
+``extended`` beside its R@K, and to each subset.
 
 Caption c·i .. c·i+c-1 belong to image i. Image->text ranks the best of an image's captions, text->image the
 caption's image; see :mod:`xmr.evaluation.ranks` for the tie policies and :mod:`xmr.evaluation.metrics` for
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -51,6 +51,9 @@ class Protocol:
     class_level: bool = False
     extended: str | None = None  # eccv / cxc: positives from the eccv-caption package
 
+
+#: protocol -> the name of the positives it scores (``ExtendedPositives.source``)
+SOURCE_OF = {"eccv": "eccv_caption", "cxc": "cxc"}
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("coco1k", "COCO 1K: mean over 5 folds of 1000 images of the 5K test set", (5000, 25000), 5, 5, "coco"),
@@ -93,8 +96,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
                   rerank_rows: Mapping[str, Any] | None = None, device: str | torch.device | None = None,
                   block_bytes: int = DEFAULT_BLOCK_BYTES, timing: bool = False,
                   subsets: Mapping[str, Mapping[str, Any]] | None = None,
-                  keep_ranks: bool = False, positives: ExtendedPositives | None = None,
-                  image_ids: Sequence | None = None, caption_ids: Sequence | None = None) -> dict[str, Any]:
+                  keep_ranks: bool = False, positives: ExtendedPositives | None = None) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
     Returns ``{"i2t": {r1, r5, r10, medr, meanr}, "t2i": {...}, "rsum", "protocol", "ties", "rerank",
@@ -146,11 +148,9 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         clock["rerank"] += time.perf_counter() - t0
         return out
 
-    if (image_ids is not None or caption_ids is not None) and p.extended is None:
-        raise XmrError(f"image/caption ids order the matrix for protocols eccv and cxc, not {p.name}")
-    if positives is not None and (p.folds > 1 or p.class_level or p.extended):
-        raise XmrError(f"protocol {p.name} has its own relevance; a dataset's extended positives apply to coco5k, "
-                       "f30k and plain")
+    if positives is not None and (p.folds > 1 or p.class_level):
+        raise XmrError(f"protocol {p.name} has its own relevance; extended positives apply to single-fold protocols "
+                       "(coco5k, f30k, plain, eccv, cxc)")
     if p.class_level:
         a = a if is_tensor(a) else torch.as_tensor(a)  # class-level ranking runs in torch (ranks.label_ranks)
         result = _evaluate_classes(a, image_labels, caption_labels, c, ties, rescoring, clock)
@@ -160,10 +160,10 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         head["captions_per_image"] = c
         masks = _subset_masks(subsets, n, m)
         folds, kept = [], []
-        if p.extended:  # ids checked before any re-ranking work
-            from xmr.evaluation.coco_positives import coco_positives
-
-            positives = coco_positives(p.extended, image_ids, caption_ids)
+        if p.extended and (positives is None or positives.source != SOURCE_OF[p.extended]):
+            raise XmrError(f"protocol {p.name} scores the {SOURCE_OF[p.extended]} positives: pass positives="
+                           f"xmr.data.coco_positives.coco_positives({p.extended!r}) (what xmr evaluate and xmr test "
+                           "do)")
         if positives is not None:
             positives.check(n, m)
         for rows, cols in _fold_slices(p, n, m):

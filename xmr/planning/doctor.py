@@ -362,7 +362,7 @@ def _check_extended_protocols(rep: Report, protocols: list[str], ds: dict) -> No
     if not wanted:
         return
     from xmr.core.errors import XmrError
-    from xmr.evaluation.coco_positives import PACKAGE, package_data
+    from xmr.data.coco_positives import PACKAGE, package_data
 
     try:
         where, ok = str(package_data()), True

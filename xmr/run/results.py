@@ -69,7 +69,9 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         if p == "cub":
             kw = {"image_labels": labels}
         elif p in ("eccv", "cxc"):  # rows in the split's order: its COCO ids say which image each is
-            kw = {"image_ids": image_ids} if image_ids is not None else {}
+            from xmr.data.coco_positives import coco_positives
+
+            kw = {"positives": coco_positives(p, image_ids)} if image_ids is not None else {}
         else:
             kw = {"subsets": subsets}
             if positives is not None and get_protocol(p).folds == 1:

@@ -27,8 +27,8 @@ import numpy as np
 from xmr.core.errors import XmrError
 from xmr.evaluation.extended import ExtendedPositives, Positives
 
-#: protocol -> (annotation prefix in the package, name written as the results' ``positives``)
-SOURCES = {"eccv": ("eccv", "eccv_caption"), "cxc": ("cxc", "cxc")}
+#: protocol -> annotation prefix in the package (the positives' names: xmr.evaluation.protocols.SOURCE_OF)
+PREFIX = {"eccv": "eccv", "cxc": "cxc"}
 PACKAGE = "eccv-caption==0.1.0"
 
 
@@ -109,7 +109,9 @@ def coco_positives(protocol: str, image_ids: Sequence | None = None,
                    caption_ids: Sequence | None = None) -> ExtendedPositives:
     """The ECCV Caption (``eccv``) or CxC (``cxc``) positives as matrix indices, rows/columns ordered by
     :func:`row_order`."""
-    prefix, source = SOURCES[protocol]
+    from xmr.evaluation.protocols import SOURCE_OF
+
+    prefix, source = PREFIX[protocol], SOURCE_OF[protocol]
     images, caps = row_order(image_ids, caption_ids)
     row = {int(i): k for k, i in enumerate(images)}
     col = {int(c): k for k, c in enumerate(caps)}
