@@ -277,3 +277,15 @@ def test_xmr_test_on_synth_reports_extended_positives_whole_split_and_subsets(ti
         assert got["extended"][d] == pytest.approx(want["extended"][d], abs=1e-3)
         assert got["subsets"]["ambiguous"]["extended"][d] == pytest.approx(
             want["subsets"]["ambiguous"]["extended"][d], abs=1e-3, nan_ok=True)
+
+
+def test_benchmark_records_read_extended_map_at_r_beside_rsum():
+    from xmr.studies.benchmark import flat_metrics
+
+    rec = {"r1": 1.0, "r5": 2.0, "r10": 3.0}
+    result = {"i2t": rec, "t2i": rec, "rsum": 12.0,
+              "extended": {"positives": "synth_scenes", "i2t": {"map_at_r": 40.0}, "t2i": {"map_at_r": 30.0}},
+              "subsets": {"ambiguous": {"i2t": rec, "t2i": rec, "rsum": 12.0}}}
+    flat = flat_metrics(result)
+    assert (flat["all"]["i2t_map_at_r_ext"], flat["all"]["t2i_map_at_r_ext"]) == (40.0, 30.0)
+    assert np.isnan(flat["ambiguous"]["t2i_map_at_r_ext"])  # a subset without extended metrics: NaN, not a crash
