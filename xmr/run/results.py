@@ -204,12 +204,16 @@ COMPACT_RECALLS = ("r1", "r5", "r10")
 
 
 def _compact(metrics: dict) -> dict:
-    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")}
-    return out | {"rsum": metrics["rsum"]}
+    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")} | {"rsum": metrics["rsum"]}
+    for key in ("extended", "cxc"):  # extended positives: the same numbers as the full file
+        if metrics.get(key):
+            out[key] = metrics[key]
+    return out
 
 
 def compact_metrics(result: dict) -> dict:
-    """R@1/5/10 both directions and RSUM per protocol and per evaluation subset of a results dict:
+    """R@1/5/10 both directions and RSUM (and ``extended`` / ``cxc`` where evaluated) per protocol and per evaluation
+    subset of a results dict:
     ``{protocol: {i2t: {r1, r5, r10}, t2i: {...}, rsum, subsets: {name: {i2t, t2i, rsum}}}}``, each value the
     full results' own (``result["protocols"][protocol]...``); a ``--reranks`` file gives one such dict per
     re-ranker. CUB's class-level protocol (no RSUM) keeps its R-Precision and R@1 instead."""

@@ -57,10 +57,11 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def metrics_to_flat(metrics: dict, prefix: str) -> dict[str, float]:
-    """``{"i2t": {"r1": ..}, "rsum": ..}`` -> ``{prefix/i2t_r1: .., prefix/rsum: ..}`` (numbers only)."""
+    """``{"i2t": {"r1": ..}, "rsum": ..}`` -> ``{prefix/i2t_r1: .., prefix/rsum: ..}`` (numbers only; with extended
+    positives also ``prefix/extended_i2t_map_at_r`` .., ``prefix/cxc_i2t_r1`` ..)."""
     flat = {}
     # only retrieval metrics: counts and re-ranker parameters are parameters, not metrics
-    keep = {k: v for k, v in metrics.items() if k in ("i2t", "t2i", "rsum")}
+    keep = {k: v for k, v in metrics.items() if k in ("i2t", "t2i", "rsum", "extended", "cxc")}
     for k, v in flatten(keep).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             flat[f"{prefix}/{k.replace('.', '_')}"] = float(v)
