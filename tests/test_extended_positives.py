@@ -289,3 +289,32 @@ def test_benchmark_records_read_extended_map_at_r_beside_rsum():
     flat = flat_metrics(result)
     assert (flat["all"]["i2t_map_at_r_ext"], flat["all"]["t2i_map_at_r_ext"]) == (40.0, 30.0)
     assert np.isnan(flat["ambiguous"]["t2i_map_at_r_ext"])  # a subset without extended metrics: NaN, not a crash
+
+
+def test_report_shows_eccv_and_cxc_beside_dive_table_a1(tmp_path):
+    """The report's COCO table: under protocol eccv, xmr's ECCV Caption and CxC numbers, and DiVE Table A1's row in
+    the same columns (xmr/report/paper_results.yaml)."""
+    from xmr.report.build import results_section
+
+    rec = {"r1": 50.0, "r5": 80.0, "r10": 90.0}
+    base = {"i2t": rec, "t2i": rec, "rsum": 440.0}
+    eccv = base | {"protocol": "eccv", "extended": {"positives": "eccv_caption",
+                                                    "i2t": {"map_at_r": 30.0, "r_precision": 40.0, "r1": 70.0},
+                                                    "t2i": {"map_at_r": 45.0, "r_precision": 55.0, "r1": 85.0}}}
+    cxc = base | {"protocol": "cxc", "cxc": {"i2t": {"r1": 60.0, "r5": 85.0, "r10": 92.0},
+                                             "t2i": {"r1": 45.0, "r5": 75.0, "r10": 84.0}}}
+    path = tmp_path / "results" / "coco" / "dive.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(eccv | {"protocols": {"eccv": eccv, "cxc": cxc}, "dataset": "coco", "recipe": "dive",
+                                       "method": "dive", "rerank": "none"}))
+    sec, _ = results_section("coco", {"rerank": ["none"]}, ["dive"], tmp_path / "results", tmp_path / "runs")
+    tables = [b for b in sec.blocks if b.kind == "table"]
+    (eccv_table,) = [t for t in tables if "i2t R-P (ext.)" in t.columns]
+    cols = eccv_table.columns
+    ours, paper = eccv_table.rows[0], eccv_table.rows[1]
+    assert [ours[cols.index(c)] for c in ("i2t mAP@R (ext.)", "t2i R@1 (ext.)")] == ["30.0", "85.0"]
+    assert [paper[cols.index(c)] for c in ("i2t mAP@R (ext.)", "i2t R-P (ext.)", "t2i R@1 (ext.)")] == [
+        "36.0", "46.4", "91.6"]  # DiVE supplement Table A1, "Ours"
+    (cxc_table,) = [t for t in tables if "i2t CxC R@1" in t.columns and t is not eccv_table]
+    assert cxc_table.rows[0][cxc_table.columns.index("t2i CxC R@10")] == "84.0"
+    assert cxc_table.rows[1][cxc_table.columns.index("i2t CxC R@1")] == "72.3"
