@@ -318,3 +318,23 @@ def test_report_shows_eccv_and_cxc_beside_dive_table_a1(tmp_path):
     (cxc_table,) = [t for t in tables if "i2t CxC R@1" in t.columns and t is not eccv_table]
     assert cxc_table.rows[0][cxc_table.columns.index("t2i CxC R@10")] == "84.0"
     assert cxc_table.rows[1][cxc_table.columns.index("i2t CxC R@1")] == "72.3"
+
+
+def test_a_datasets_own_positives_in_the_karpathy_json(tmp_path):
+    """docs/datasets.md: `sentences[].positives` names other images by id; ids outside the split are skipped, a
+    sentence without the key keeps its own image only."""
+    from xmr.data.karpathy import read_karpathy_split
+
+    def image(name: str, split: str, positives: list | None = None) -> dict:
+        first = {"raw": f"a caption of {name}"} | ({} if positives is None else {"positives": positives})
+        return {"filename": name, "split": split, "sentences": [first, {"raw": f"another one of {name}"}]}
+
+    doc = {"images": [image("a.jpg", "test", ["c.jpg", "t.jpg"]), image("b.jpg", "test"), image("c.jpg", "test", []),
+                      image("t.jpg", "train")]}
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    split = read_karpathy_split({"name": "mine", "annotations": str(tmp_path / "d.json"), "images": str(tmp_path),
+                                 "captions_per_image": 2, "positives_source": "mine"}, "test")
+    assert split.extra["positives"] == {"source": "mine", "t2i": [[0, 2], [0], [1], [1], [2], [2]]}
+    pos = positives_from_caption_lists(split.extra["positives"]["t2i"], 3, "mine")
+    # image c.jpg (row 2): its own captions 4, 5 and caption 0, which lists it
+    assert pos.i2t.items.tolist() == [[0, 1, -1], [2, 3, -1], [0, 4, 5]] and pos.i2t.n_relevant.tolist() == [2, 2, 3]

@@ -567,8 +567,7 @@ def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: i
         entries = [e for e in images if e["split"] == split]
         for e, lists in zip(entries, scene_positives(entries, image_size)):
             for sent, others in zip(e["sentences"], lists):
-                if others:
-                    sent["positives"] = others
+                sent["positives"] = others  # [] too: checked, true of no other image
     doc = {"dataset": "synth", "style": style, "seed": seed, "image_size": image_size, "label_names": shapes,
            "images": images}
     (tmp / "dataset_synth.json").write_text(json.dumps(doc))
