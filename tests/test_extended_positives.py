@@ -338,3 +338,17 @@ def test_a_datasets_own_positives_in_the_karpathy_json(tmp_path):
     pos = positives_from_caption_lists(split.extra["positives"]["t2i"], 3, "mine")
     # image c.jpg (row 2): its own captions 4, 5 and caption 0, which lists it
     assert pos.i2t.items.tolist() == [[0, 1, -1], [2, 3, -1], [0, 4, 5]] and pos.i2t.n_relevant.tolist() == [2, 2, 3]
+
+
+def test_show_puts_eccv_map_at_r_beside_a_coco_headline(tmp_path):
+    """`xmr show` of a COCO results file (headline coco1k): the mAP@R (ext.) columns are its eccv protocol's."""
+    rec = {"r1": 50.0, "r5": 80.0, "r10": 90.0}
+    base = {"i2t": rec, "t2i": rec, "rsum": 440.0}
+    eccv = base | {"extended": {"positives": "eccv_caption", "i2t": {"map_at_r": 33.33, "r_precision": 1.0, "r1": 1.0},
+                                "t2i": {"map_at_r": 44.44, "r_precision": 1.0, "r1": 1.0}}}
+    (tmp_path / "r.json").write_text(json.dumps(base | {"protocol": "coco1k", "protocols": {
+        "coco1k": base, "coco5k": base, "eccv": eccv}, "dataset": "coco", "recipe": "dive", "rerank": "none"}))
+    r = run_xmr("show", tmp_path / "r.json", cwd=ROOT, check=True)
+    head, _, row = r.stdout.splitlines()[:3]
+    cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert (cells["protocol"], cells["i2t mAP@R (ext.)"], cells["t2i mAP@R (ext.)"]) == ("coco1k", "33.3", "44.4")

@@ -159,10 +159,14 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
             secs = train_seconds(run_dir_of(r, runs_root)) if "recipe" in r and "dataset" in r else None
             protocols = r.get("protocols") or {r["protocol"]: r}
             names = list(protocols) if all_protocols else [r["protocol"]]
+            # the headline row shows extended positives evaluated under another protocol (COCO: eccv) beside it
+            ext = next((m for m in protocols.values() if isinstance(m, dict) and m.get("extended")), {})
             for name in names:
+                row = metric_row(protocols.get(name, r))
+                if not all_protocols and not any(c in row for c in EXTENDED):
+                    row |= {c: v for c, v in extended_cells(ext).items() if c in EXTENDED}
                 rows.append({"dataset": r.get("dataset"), "target": target, "recipe": r.get("recipe"),
-                             "method": r.get("method"), "rerank": rerank, "protocol": name,
-                             **metric_row(protocols.get(name, r)),
+                             "method": r.get("method"), "rerank": rerank, "protocol": name, **row,
                              "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                              "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
                              "test sim. std": _std_text(r.get("similarity_spread")),
