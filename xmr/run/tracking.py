@@ -352,7 +352,8 @@ class Tracker:
 
 TEST_METRIC = re.compile(r"^test_(?P<tag>[^/]+)/(?P<protocol>[^/]+)/(?P<name>[a-z0-9_]+)$")
 # metric name in MLflow -> column of the results table (the `xmr summarize` columns, xmr/report/tables.py)
-TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM"}
+TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM",
+                 **{f"extended_{d}_map_at_r": f"{d} mAP@R (ext.)" for d in ("i2t", "t2i")}}
 
 
 def _int_or_none(v: str | None) -> int | None:
