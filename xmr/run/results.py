@@ -205,15 +205,15 @@ COMPACT_RECALLS = ("r1", "r5", "r10")
 
 def _compact(metrics: dict) -> dict:
     out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")} | {"rsum": metrics["rsum"]}
-    for key in ("extended", "cxc"):  # extended positives: the same numbers as the full file
+    for key, keep in (("extended", "map_at_r"), ("cxc", "r1")):  # extended positives: their headline number
         if metrics.get(key):
-            out[key] = metrics[key]
+            out[key] = {d: {keep: metrics[key][d][keep]} for d in ("i2t", "t2i")}
     return out
 
 
 def compact_metrics(result: dict) -> dict:
-    """R@1/5/10 both directions and RSUM (and ``extended`` / ``cxc`` where evaluated) per protocol and per evaluation
-    subset of a results dict:
+    """R@1/5/10 both directions and RSUM (and the mAP@R of ``extended`` / R@1 of ``cxc`` where evaluated) per
+    protocol and per evaluation subset of a results dict:
     ``{protocol: {i2t: {r1, r5, r10}, t2i: {...}, rsum, subsets: {name: {i2t, t2i, rsum}}}}``, each value the
     full results' own (``result["protocols"][protocol]...``); a ``--reranks`` file gives one such dict per
     re-ranker. CUB's class-level protocol (no RSUM) keeps its R-Precision and R@1 instead."""
