@@ -135,9 +135,13 @@ def test_targets_and_parse_target(tmp_path):
         ("vsepp", "none", "res/synth/vsepp.json"), ("vsepp", "csls", "res/synth/vsepp_csls.json")]
 
 
-def _result(path: Path, recipe: str, rerank: str, i2t: list[float], t2i: list[float], rsum: float) -> None:
+def _result(path: Path, recipe: str, rerank: str, i2t: list[float], t2i: list[float], rsum: float,
+            map_at_r: tuple[float, float] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     metrics = {"i2t": dict(zip(["r1", "r5", "r10"], i2t)), "t2i": dict(zip(["r1", "r5", "r10"], t2i)), "rsum": rsum}
+    if map_at_r:  # mAP@R over extended positives (synth's scene-checked ones)
+        metrics["extended"] = {"positives": "synth_scenes", "i2t": {"map_at_r": map_at_r[0]},
+                               "t2i": {"map_at_r": map_at_r[1]}}
     path.write_text(json.dumps({**metrics, "protocol": "plain", "protocols": {"plain": metrics}, "dataset": "synth",
                                 "recipe": recipe, "method": "dvse", "rerank": rerank, "best_epoch": 1}))
 
@@ -151,7 +155,7 @@ def test_experiment_table_from_fabricated_results(tmp_path):
         "sweep": {"key": "model.num_embeds", "values": [1, 4], "prefix": "k", "label": "K"},
         "variants": {"no_mask": {"model.dynamic_mask.enabled": False}}}))
     d = results / "synth" / "exp" / "kk"
-    _result(d / "k_1.json", "kk.k_1", "none", [10.0, 30.0, 50.0], [5.0, 20.0, 40.0], 155.0)
+    _result(d / "k_1.json", "kk.k_1", "none", [10.0, 30.0, 50.0], [5.0, 20.0, 40.0], 155.0, (11.14, 22.25))
     _result(d / "k_1_fr.json", "kk.k_1", "fr", [12.0, 33.0, 52.0], [6.0, 21.0, 41.0], 165.0)
     _result(d / "k_4.json", "kk.k_4", "none", [20.0, 40.0, 60.0], [8.0, 25.0, 45.0], 198.0)
     _result(d / "no_mask.json", "kk.no_mask", "none", [1.0, 2.0, 3.0], [4.0, 5.0, 6.0], 21.0)
@@ -169,12 +173,12 @@ def test_experiment_table_from_fabricated_results(tmp_path):
     md = (d / "table.md").read_text().splitlines()
     header = next(line for line in md if line.startswith("| variant"))
     assert header == ("| variant | K | changes | i2t R@1 | i2t R@5 | i2t R@10 | t2i R@1 | t2i R@5 | t2i R@10 | "
-                      "RSUM | RSUM (fr) | train (min) |")
+                      "RSUM | i2t mAP@R (ext.) | t2i mAP@R (ext.) | RSUM (fr) | train (min) |")
     body = [line for line in md if line.startswith("| k_") or line.startswith("| no_mask")]
     assert body == [
-        "| k_1 | 1 | model.num_embeds=1 | 10.0 | 30.0 | 50.0 | 5.0 | 20.0 | 40.0 | 155.0 | 165.0 | — |",
-        "| k_4 | 4 | model.num_embeds=4 | 20.0 | 40.0 | 60.0 | 8.0 | 25.0 | 45.0 | 198.0 | — | 1.5 |",
-        "| no_mask | — | model.dynamic_mask.enabled=false | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 | 6.0 | 21.0 | — | — |",
+        "| k_1 | 1 | model.num_embeds=1 | 10.0 | 30.0 | 50.0 | 5.0 | 20.0 | 40.0 | 155.0 | 11.1 | 22.2 | 165.0 | — |",
+        "| k_4 | 4 | model.num_embeds=4 | 20.0 | 40.0 | 60.0 | 8.0 | 25.0 | 45.0 | 198.0 | — | — | — | 1.5 |",
+        "| no_mask | — | model.dynamic_mask.enabled=false | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 | 6.0 | 21.0 | — | — | — | — |",
     ]
     assert "Not available yet (2 results files)" in "\n".join(md)
     assert any(line.startswith("Measured on the synth test split") for line in md)  # every table names its split

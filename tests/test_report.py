@@ -22,7 +22,7 @@ def test_paper_results_entries_name_their_source():
     doc = load_paper_results()
     assert len(doc["entries"]) >= 60
     for e in doc["entries"]:
-        assert re.search(r"Table [0-9IVX]+", e["source"]), e  # the paper table the numbers come from
+        assert re.search(r"Table A?[0-9IVX]+", e["source"]), e  # the paper table the numbers come from (A1: supplement)
         assert e["rerank"] in ("none", "fr", "rr", "mr") and e["role"] in ("proposed", "baseline")
         recalls = e["i2t"] + e["t2i"]
         if e["rsum"] is not None and None not in recalls:
@@ -93,13 +93,17 @@ def test_show_table_says_how_training_ended_the_spread_and_the_set_correlation(t
                                 "epochs_trained": 5, "stopped_by": "cap",
                                 "similarity_spread": {"std": 0.10142, "margin": 0.01}}))
     md = markdown_table(result_rows([path], tmp_path / "runs")).splitlines()
-    assert md[0].endswith("| RSUM | epochs | ended by | test sim. std | set corr. |")
-    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 | — |"
+    assert md[0].endswith("| RSUM | i2t mAP@R (ext.) | t2i mAP@R (ext.) | epochs | ended by | test sim. std | set corr. |")
+    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | — | — | 5 | cap | 0.1014 | — |"
     # a set method's results: the mean off-diagonal cosine of its sub-embeddings (set_statistics.correlation)
-    doc = json.loads(path.read_text()) | {"set_statistics": {"k": 6, "correlation": 0.99412}}
+    # and its mAP@R over extended positives (synth's scene-checked ones)
+    doc = json.loads(path.read_text()) | {"set_statistics": {"k": 6, "correlation": 0.99412}, "extended": {
+        "positives": "synth_scenes", "i2t": {"map_at_r": 12.34, "r_precision": 20.0, "r1": 30.0},
+        "t2i": {"map_at_r": 5.66, "r_precision": 6.0, "r1": 7.0}}}
     path.write_text(json.dumps(doc))
     md = markdown_table(result_rows([path], tmp_path / "runs")).splitlines()
-    assert md[2] == "| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 5 | cap | 0.1014 | 0.994 |"
+    assert md[2] == ("| synth | dvse | plain | 10.0 | 20.0 | 30.0 | 1.0 | 2.0 | 3.0 | 66.0 | 12.3 | 5.7 | 5 | cap | 0.1014 "
+                     "| 0.994 |")
 
 
 # -- FR grid -----------------------------------------------------------------------------------------------------------

@@ -133,7 +133,8 @@ def test_show_reads_every_results_file_that_xmr_test_writes(tiny_synth_run, tmp_
         m = doc[rerank]
         assert row[3:10] == [f"{m[d][k]:.1f}" for d in ("i2t", "t2i") for k in ("r1", "r5", "r10")] + \
             [f"{m['rsum']:.1f}"]
-        assert row[10] == "1"  # epochs: the run trained one
+        # mAP@R over synth's extended positives (each caption's scene-checked images), then epochs: the run trained one
+        assert row[10:13] == [f"{m['extended'][d]['map_at_r']:.1f}" for d in ("i2t", "t2i")] + ["1"]
     # the compact files: named by the file, one row per re-ranker, the recalls and RSUM of the full file's rows
     compact = _table(run_xmr("show", tmp_path / "s0.metrics.json", check=True).stdout)
     assert [r[1] for r in compact] == ["s0", "s0_fr"]
@@ -168,7 +169,7 @@ def test_results_files_round_their_metrics_and_the_table_is_unchanged(tmp_path):
     assert doc["i2t"] == {"r1": 1.0, "r5": 5.0, "r10": 10.0, "medr": 1000.0, "meanr": 900.39}
     assert doc["t2i"] == {"r1": 0.2, "r5": 2.4, "r10": 4.0, "medr": 1000.0, "meanr": 900.802}
     assert _table(run_xmr("show", tmp_path / "M.json", check=True).stdout) == [
-        ["—", "M", "plain", "1.0", "5.0", "10.0", "0.2", "2.4", "4.0", "22.6", "—", "—", "—", "—"]]
+        ["—", "M", "plain", "1.0", "5.0", "10.0", "0.2", "2.4", "4.0", "22.6", "—", "—", "—", "—", "—", "—"]]
 
 
 def test_a_binary_file_where_json_is_read_is_one_line(tmp_path):

@@ -103,7 +103,8 @@ def test_run_carries_provenance_and_table_rebuilds_from_mlflow_alone(tiny_synth,
     assert [(r["target"], r["protocol"]) for r in rows] == [("vsepp_tab", "plain"), ("vsepp_tab_fr", "plain")]
     for row, path in zip(rows, (plain, reranked)):
         (expected,) = result_rows([path])
-        for col in ("i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM"):
+        for col in ("i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM",
+                    "i2t mAP@R (ext.)", "t2i mAP@R (ext.)"):  # the last two: synth's extended positives
             assert row[col] == pytest.approx(expected[col], abs=1e-9), col
         for col in ("epochs", "ended by", "test sim. std"):  # what `xmr show` prints beside the metrics
             assert row[col] == expected[col] and expected[col] is not None, (col, row[col], expected[col])

@@ -16,9 +16,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sims", metavar="S.npy",
                    help="similarity matrix, rows = images, cols = captions (or --images/--captions instead)")
     add_embedding_arguments(p, required=False)
-    p.add_argument("--protocol", default="plain", choices=["coco1k", "coco5k", "f30k", "plain", "cub"],
+    p.add_argument("--protocol", default="plain", choices=["coco1k", "coco5k", "f30k", "plain", "cub", "eccv", "cxc"],
                    help="coco1k: 5-fold mean on 5000x25000; coco5k: 5000x25000; f30k: 1000x5000; plain: any N x c*N; "
-                        "cub: class-level relevance from labels (default: plain)")
+                        "cub: class-level relevance from labels; eccv / cxc: COCO 5K plus ECCV Caption mAP@R, "
+                        "R-Precision, R@1 / CxC R@K (default: plain)")
     p.add_argument("--captions-per-image", type=int, default=5, metavar="C",
                    help="captions C*i .. C*i+C-1 belong to image i (default: 5)")
     p.add_argument("--ties", default="pessimistic", choices=["pessimistic", "optimistic", "index"],
@@ -33,6 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-labels", default=None, metavar="L.npy", help="cub: class label per image (N,)")
     p.add_argument("--caption-labels", default=None, metavar="L.npy",
                    help="cub: class label per caption (M,) (default: image labels repeated per caption)")
+    p.add_argument("--image-ids", default=None, metavar="IDS",
+                   help="eccv/cxc: COCO image id of each matrix row (text, one per line, or .npy; default: the "
+                        "eccv-caption package's order)")
+    p.add_argument("--caption-ids", default=None, metavar="IDS",
+                   help="eccv/cxc: COCO caption id of each matrix column (default: each image's captions in the "
+                        "package's order)")
     p.add_argument("--device", default=None, help="torch device for similarity and evaluation (default: cpu)")
     p.add_argument("--timing", action="store_true", help="add re-rank and ranking wall times to the JSON")
     p.add_argument("--out", required=True, metavar="M.json", help="metrics JSON")
@@ -45,7 +52,27 @@ def summary(m: dict) -> str:
     else:
         line = (f"i2t R-P {m['i2t']['r_precision']:.1f} R@1 {m['i2t']['r1']:.1f}  "
                 f"t2i R-P {m['t2i']['r_precision']:.1f} R@1 {m['t2i']['r1']:.1f}")
+    if "extended" in m:
+        e = m["extended"]
+        line += "  " + "  ".join(f"{d} mAP@R/R-P/R@1 {e[d]['map_at_r']:.1f}/{e[d]['r_precision']:.1f}/{e[d]['r1']:.1f}"
+                                 for d in ("i2t", "t2i")) + f" ({e['positives']})"
+    if "cxc" in m:
+        x = m["cxc"]
+        line += "  " + "  ".join(f"CxC {d} R@1/5/10 {x[d]['r1']:.1f}/{x[d]['r5']:.1f}/{x[d]['r10']:.1f}"
+                                 for d in ("i2t", "t2i"))
     return f"{m['protocol']} ({m['rerank']}): {line}"
+
+
+def _read_ids(path: str, what: str) -> list:
+    """Ids from a .npy file or a text file of one id per line."""
+    from pathlib import Path
+
+    from xmr.core.io import load_array, require_file
+    from xmr.data.precomp import read_lines
+
+    if path.endswith(".npy"):
+        return load_array(path, what + "s", numeric=False).reshape(-1).tolist()
+    return read_lines(require_file(path, f"give the {what}s, one per line"), what)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,13 +93,25 @@ def run(args: argparse.Namespace) -> int:
     from xmr.evaluation import evaluate_sims
 
     sims = load_array(args.sims, "similarity matrix", mmap=True) if args.sims else similarity_of_files(args)
-    labels = {}
+    inputs = {}  # labels (cub), ids (eccv, cxc)
     if args.image_labels:
-        labels["image_labels"] = load_array(args.image_labels, "image labels", numeric=False)
+        inputs["image_labels"] = load_array(args.image_labels, "image labels", numeric=False)
     if args.caption_labels:
-        labels["caption_labels"] = load_array(args.caption_labels, "caption labels", numeric=False)
-    if labels and args.protocol != "cub":
+        inputs["caption_labels"] = load_array(args.caption_labels, "caption labels", numeric=False)
+    if inputs.keys() & {"image_labels", "caption_labels"} and args.protocol != "cub":
         raise XmrError("--image-labels/--caption-labels are only used by --protocol cub")
+    ids = {}
+    for flag in ("image_ids", "caption_ids"):
+        if getattr(args, flag):
+            if args.protocol not in ("eccv", "cxc"):
+                raise XmrError(f"--{flag.replace('_', '-')} orders the matrix for --protocol eccv or cxc only")
+            ids[flag] = _read_ids(getattr(args, flag), flag.replace("_", " ")[:-1])
+    if args.protocol in ("eccv", "cxc"):  # the package's annotations, in the rows' order: read here, at the edge
+        from xmr.data.coco_positives import coco_positives
+        from xmr.evaluation import get_protocol
+
+        if tuple(sims.shape) == get_protocol(args.protocol).shape:  # else the evaluator's one line on the shape
+            inputs["positives"] = coco_positives(args.protocol, ids.get("image_ids"), ids.get("caption_ids"))
     rows = {}
     if args.rerank:  # config and arrays are read here, at the edge: the evaluator and re-rankers open no files
         from xmr.config.loader import load_array_params, load_rerank_rows
@@ -83,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_sims(sims, protocol=args.protocol, captions_per_image=args.captions_per_image,
                             rerank=args.rerank, rerank_params=params, ties=args.ties,
                             rerank_defaults=args.rerank_defaults, rerank_rows=rows, device=args.device,
-                            timing=args.timing, **labels)
+                            timing=args.timing, **inputs)
     from xmr.run.results import write_results
 
     write_results(metrics, args.out)

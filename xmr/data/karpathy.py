@@ -17,6 +17,12 @@ are required (a dataset of your own needs no more; docs/datasets.md "Your own da
   exposed as ``extra['subsets'] = {name: {"images": bool (N,), "captions": bool (M,)}}`` and the evaluator
   reports each one beside the whole test set (image->text over the subset's images, text->image over its
   captions; the gallery is always the whole split).
+- Any dataset may list extended positives: ``"positives": [image id, ...]`` on a sentence names the other images
+  it is true of (ids as xmr reads them: ``cocoid``, else ``imgid``, else the file name; images outside the split
+  are skipped; ``[]``: none). A split where some sentence has the key has them, exposed as
+  ``extra['positives'] = {"source", "t2i": each caption's image rows, its own
+  image included}``, and the evaluator reports ECCV Caption's metrics over them (``extended`` in results files).
+  ``source`` is the dataset config's ``positives_source`` (synth: ``synth_scenes``).
 
 A split may gather several Karpathy splits. Images with more captions than ``captions_per_image`` keep their
 first ones (COCO has images with 6 or 7; the released precomputed features keep 5); fewer is an error.
@@ -107,6 +113,7 @@ def split_of_images(cfg: dict, split: str, ann: Path, images: list[dict], place:
     ids, paths, caps, toks, labels, boxes, sources = [], [], [], [], [], [], []
     img_subsets: list[list[str]] = []
     cap_subsets: list[list[str]] = []
+    cap_positives: list[list | None] = []
     seen: dict[str, int] = {}
     for i, img in enumerate(images):
         if img["split"] not in wanted:
@@ -130,6 +137,7 @@ def split_of_images(cfg: dict, split: str, ann: Path, images: list[dict], place:
             caps.append(s["raw"].strip())
             toks.append(s.get("tokens") or tokenize(s["raw"]))
             cap_subsets.append(list(s.get("subsets") or []))
+            cap_positives.append(s.get("positives"))  # None: not listed (an empty list: checked, none other)
         img_subsets.append(list(img.get("subsets") or []))
         labels.append(img.get("label", -1))
         if "objects" in img:
@@ -144,6 +152,12 @@ def split_of_images(cfg: dict, split: str, ann: Path, images: list[dict], place:
     if names:
         extra["subsets"] = {n: {"images": np.asarray([n in sub for sub in img_subsets]),
                                 "captions": np.asarray([n in sub for sub in cap_subsets])} for n in names}
+    if any(pos is not None for pos in cap_positives):
+        row_of = {iid: r for r, iid in enumerate(ids)}
+        extra["positives"] = {
+            "source": cfg.get("positives_source", "annotations"),
+            "t2i": [sorted({j // c} | {row_of[str(v)] for v in pos or [] if str(v) in row_of})
+                    for j, pos in enumerate(cap_positives)]}  # a caption that lists none: its own image
     return CaptionedSplit(
         name=cfg["name"],
         split=split,

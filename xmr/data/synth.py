@@ -338,6 +338,38 @@ def caption_true_of(sem: dict, objects: list[dict], image_size: float) -> bool:
     return assign(0, [])
 
 
+def scene_positives(entries: list[dict], image_size: float) -> list[list[list[int]]]:
+    """For each image entry of a split and each of its sentences, the ``imgid`` of every *other* image of the
+    split the sentence is true of (:func:`caption_true_of` on the scene records): its extended positives.
+
+    Pruned so that generation stays cheap: only images holding an object of every (shape, colour) the caption names,
+    and with its object count if it gives one, are checked."""
+    holding: dict[tuple[str, str], set[int]] = {}
+    by_count: dict[int, set[int]] = {}
+    for k, e in enumerate(entries):
+        by_count.setdefault(len(e["objects"]), set()).add(k)
+        for o in e["objects"]:
+            holding.setdefault((o["shape"], o["colour"]), set()).add(k)
+    everyone = set(range(len(entries)))
+    out = []
+    for k, e in enumerate(entries):
+        per_sentence = []
+        for sent in e["sentences"]:
+            sem = sent.get("semantics")
+            if sem is None:  # v1 captions carry no meaning to check
+                per_sentence.append([])
+                continue
+            cand = set(by_count.get(sem["count"], set())) if "count" in sem else set(everyone)
+            for spec in sem["objects"]:
+                if "shape" in spec and "colour" in spec:
+                    cand &= holding.get((spec["shape"], spec["colour"]), set())
+            cand.discard(k)
+            per_sentence.append(sorted(entries[i]["imgid"] for i in cand
+                                       if caption_true_of(sem, entries[i]["objects"], image_size)))
+        out.append(per_sentence)
+    return out
+
+
 _V1_OBJECT = re.compile(r"\b(" + "|".join(COLOURS_V2) + r") (" + "|".join(SHAPES_V2) + r")s?\b")
 
 
@@ -535,6 +567,11 @@ def generate_synth(out: str | Path, seed: int = 0, n_train: int = 2000, n_val: i
                 entry["subsets"] = ["ambiguous"]
             images.append(entry)
             sentid += len(caps)
+    for split in ("val", "test"):  # extended positives of the evaluated splits (docs/evaluation.md)
+        entries = [e for e in images if e["split"] == split]
+        for e, lists in zip(entries, scene_positives(entries, image_size)):
+            for sent, others in zip(e["sentences"], lists):
+                sent["positives"] = others  # [] too: checked, true of no other image
     doc = {"dataset": "synth", "style": style, "seed": seed, "image_size": image_size, "label_names": shapes,
            "images": images, **({"test_seed": test_seed} if test_seed is not None else {})}
     (tmp / "dataset_synth.json").write_text(json.dumps(doc))

@@ -10,7 +10,14 @@ coco5k     5000 x 25000                 the whole matrix
 f30k       1000 x 5000                  the whole matrix (Flickr30K 1K test)
 plain      N x c·N                      the whole matrix, any N and ``captions_per_image`` c
 cub        N x M + class labels         R-Precision and R@{1,5,10} with class-level relevance (PCME, DVSE Tab. III)
+eccv       5000 x 25000                 coco5k's numbers plus ``extended``: ECCV Caption mAP@R, R-Precision, R@1
+cxc        5000 x 25000                 coco5k's numbers plus ``cxc``: CxC R@1/5/10
 =========  ==========================  =====================================================================
+
+Extended positives (:mod:`xmr.evaluation.extended`): ``eccv`` and ``cxc`` take theirs as ``positives``, read at the
+edge from the eccv-caption package (:func:`xmr.data.coco_positives.coco_positives`, which also orders them by the
+rows' COCO ids); any other single-fold protocol given ``positives`` (a dataset's own, e.g. synth's) adds
+``extended`` beside its R@K, and to each subset.
 
 Caption c·i .. c·i+c-1 belong to image i. Image->text ranks the best of an image's captions, text->image the
 caption's image; see :mod:`xmr.evaluation.ranks` for the tie policies and :mod:`xmr.evaluation.metrics` for
@@ -27,6 +34,7 @@ import numpy as np
 
 from xmr.core.errors import XmrError
 from xmr.core.lazy import is_tensor, torch  # a NumPy matrix with a NumPy-capable re-ranker never imports torch
+from xmr.evaluation.extended import ExtendedPositives, extended_metrics, recall_at_k
 from xmr.evaluation.metrics import class_metrics, mean_of, recall_metrics, rsum
 from xmr.evaluation.ranks import check_grouping, check_matrix, check_ties, grouped_ranks, label_ranks
 from xmr.rerank import DEFAULT_BLOCK_BYTES, RERANKERS, RerankContext, Rescoring, describe_params, resolve_params
@@ -41,7 +49,11 @@ class Protocol:
     folds: int = 1
     rerank_dataset: str = "default"  # row of config/rerank/<name>.yaml used for default parameters
     class_level: bool = False
+    extended: str | None = None  # eccv / cxc: positives from the eccv-caption package
 
+
+#: protocol -> the name of the positives it scores (``ExtendedPositives.source``)
+SOURCE_OF = {"eccv": "eccv_caption", "cxc": "cxc"}
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("coco1k", "COCO 1K: mean over 5 folds of 1000 images of the 5K test set", (5000, 25000), 5, 5, "coco"),
@@ -50,6 +62,10 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol("plain", "any N images x c captions per image"),
     Protocol("cub", "CUB Captions: class-level relevance, R-Precision and R@K", class_level=True,
              rerank_dataset="cub"),
+    Protocol("eccv", "ECCV Caption positives on the COCO 5K test set: mAP@R, R-Precision, R@1 beside COCO 5K R@K",
+             (5000, 25000), 5, 1, "coco", extended="eccv"),
+    Protocol("cxc", "CxC positives on the COCO 5K test set: R@1/5/10 beside COCO 5K R@K", (5000, 25000), 5, 1,
+             "coco", extended="cxc"),
 )}
 
 
@@ -80,7 +96,7 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
                   rerank_rows: Mapping[str, Any] | None = None, device: str | torch.device | None = None,
                   block_bytes: int = DEFAULT_BLOCK_BYTES, timing: bool = False,
                   subsets: Mapping[str, Mapping[str, Any]] | None = None,
-                  keep_ranks: bool = False) -> dict[str, Any]:
+                  keep_ranks: bool = False, positives: ExtendedPositives | None = None) -> dict[str, Any]:
     """Metrics of a similarity matrix (rows = images, columns = captions) under ``protocol``.
 
     Returns ``{"i2t": {r1, r5, r10, medr, meanr}, "t2i": {...}, "rsum", "protocol", "ties", "rerank",
@@ -132,6 +148,9 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         clock["rerank"] += time.perf_counter() - t0
         return out
 
+    if positives is not None and (p.folds > 1 or p.class_level):
+        raise XmrError(f"protocol {p.name} has its own relevance; extended positives apply to single-fold protocols "
+                       "(coco5k, f30k, plain, eccv, cxc)")
     if p.class_level:
         a = a if is_tensor(a) else torch.as_tensor(a)  # class-level ranking runs in torch (ranks.label_ranks)
         result = _evaluate_classes(a, image_labels, caption_labels, c, ties, rescoring, clock)
@@ -141,6 +160,12 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         head["captions_per_image"] = c
         masks = _subset_masks(subsets, n, m)
         folds, kept = [], []
+        if p.extended and (positives is None or positives.source != SOURCE_OF[p.extended]):
+            raise XmrError(f"protocol {p.name} scores the {SOURCE_OF[p.extended]} positives: pass positives="
+                           f"xmr.data.coco_positives.coco_positives({p.extended!r}) (what xmr evaluate and xmr test "
+                           "do)")
+        if positives is not None:
+            positives.check(n, m)
         for rows, cols in _fold_slices(p, n, m):
             sc = rescoring(a[rows, cols], rows, cols, c)
             t0 = time.perf_counter()
@@ -157,6 +182,16 @@ def evaluate_sims(sims, protocol: str = "plain", captions_per_image: int = 5, re
         result = {**head, **(mean_of(folds) if p.folds > 1 else folds[0])}
         if p.folds > 1:
             result["folds"] = folds
+        if positives is not None:
+            t0 = time.perf_counter()
+            if p.extended == "cxc":
+                result["cxc"] = recall_at_k(sc, positives, ties)
+            else:
+                ext = extended_metrics(sc, positives, ties, masks or None)
+                for name, sub in ext.pop("subsets", {}).items():
+                    result["subsets"][name]["extended"] = sub
+                result["extended"] = ext
+            clock["ranking"] += time.perf_counter() - t0
         if keep_ranks:
             result["query_ranks"] = {"i2t": np.concatenate([k[0] for k in kept]).astype(np.int32),
                                      "t2i": np.concatenate([k[1] for k in kept]).astype(np.int32)}

@@ -379,8 +379,28 @@ def doctor(dataset: str, target: str | None = None, config_dir: str | Path = "co
         info = {**info, "splits": info["splits"][2:]}
     _check_features(rep, dataset, ds, info, config_dir, cnn_in_checkpoint=bool(cfg.get("checkpoint")))
     _check_text(rep, cfg, dataset, config_dir)
+    _check_extended_protocols(rep, cfg["eval"].get("protocols") or ds["protocols"], ds)
     _check_tracking(rep, cfg)
     return rep
+
+
+def _check_extended_protocols(rep: Report, protocols: list[str], ds: dict) -> None:
+    """ECCV Caption / CxC (protocols eccv, cxc) read their annotations from the eccv-caption package, and the test
+    images' COCO ids from the dataset (``cocoid`` in the Karpathy JSON, SCAN's ``test_ids.txt``)."""
+    wanted = [p for p in protocols if p in ("eccv", "cxc")]
+    if not wanted:
+        return
+    from xmr.core.errors import XmrError
+    from xmr.data.coco_positives import PACKAGE, package_data
+
+    try:
+        where, ok = str(package_data()), True
+    except XmrError:
+        where, ok = "eccv_caption/data (Python package)", False
+    rep.add("ECCV/CxC annotations", where, ok,
+            f"pip install {PACKAGE} (pinned in requirements.txt)",
+            note=f"protocols {', '.join(wanted)}; the test images' COCO ids come from the {ds['name']} test split "
+                 "(cocoid, or SCAN's test_ids.txt)")
 
 
 def zoo_doctor(config_dir: str | Path = "config") -> list[Report]:

@@ -103,11 +103,19 @@ def results_present(dataset: str, results_root: Path, config_dir: Path) -> list[
     return found
 
 
-def _metric_cells(row: dict, rp: bool) -> list[str]:
+def _metric_cells(row: dict, rp: bool, extra: list[str] = ()) -> list[str]:
     cells = [fmt(row.get(c)) for c in RECALLS]
     if rp:
         cells += [fmt(row.get("i2t R-P")), fmt(row.get("t2i R-P"))]
-    return cells + [fmt(row.get("RSUM"))]
+    return cells + [fmt(row.get("RSUM"))] + [fmt(row.get(c)) for c in extra]
+
+
+def _extended_columns(rows: list[dict]) -> list[str]:
+    """The extended-positive columns any of a protocol's rows has (ECCV Caption's, a dataset's own, CxC's)."""
+    from xmr.report.tables import CXC, EXTENDED, EXTENDED_DETAIL
+
+    wanted = EXTENDED + (EXTENDED_DETAIL if any(r.get("protocol") == "eccv" for r in rows) else []) + CXC
+    return [c for c in wanted if any(r.get(c) is not None for r in rows)]
 
 
 def results_section(dataset: str, settings: dict, recipes: list[str], results_root: Path,
@@ -131,20 +139,23 @@ def results_section(dataset: str, settings: dict, recipes: list[str], results_ro
     for protocol in dict.fromkeys(r["protocol"] for r in rows):
         prow = [r for r in rows if r["protocol"] == protocol]
         rp = any("i2t R-P" in r for r in prow)
+        extra = _extended_columns(prow)
         cols = ["method", "recipe", "re-rank", *RECALLS] + (["i2t R-P", "t2i R-P"] if rp else []) + \
-               ["RSUM", "train (min)", "source"]
+               ["RSUM", *extra, "train (min)", "source"]
         best = max((r["RSUM"] for r in prow if r["RSUM"] is not None), default=None)
         cells, classes = [], []
         for r in prow:
             line = [str(r["method"]), r["recipe"], "plain" if r["rerank"] == "none" else r["rerank"],
-                    *_metric_cells(r, rp), fmt(r["train (min)"]) if r["rerank"] == "none" else "", "xmr"]
+                    *_metric_cells(r, rp, extra), fmt(r["train (min)"]) if r["rerank"] == "none" else "", "xmr"]
             if best is not None and r["RSUM"] == best:
-                line[len(cols) - 3] = f"**{line[len(cols) - 3]}**"
+                at = cols.index("RSUM")
+                line[at] = f"**{line[at]}**"
             cells.append(line)
             classes.append("")
             e = match_entry(entries, dataset, r["recipe"], protocol, r["rerank"])
             if e:
-                cells.append(["", "", f"paper ({e['setting']})", *_metric_cells(paper_row(e), rp), "", e["source"]])
+                cells.append(["", "", f"paper ({e['setting']})", *_metric_cells(paper_row(e), rp, extra), "",
+                              e["source"]])
                 classes.append("paper")
         if len(set(r["protocol"] for r in rows)) > 1:
             sec.text(f"**Protocol `{protocol}`**")

@@ -17,7 +17,7 @@ from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT
 from xmr.core.errors import XmrError
 from xmr.studies.experiments import PLAIN, Experiment, resolve_variant
 from xmr.core.io import read_json
-from xmr.report.tables import RECALLS, csv_table, fmt, metric_row, run_dir_of, train_seconds
+from xmr.report.tables import EXTENDED, RECALLS, csv_table, fmt, metric_row, run_dir_of, train_seconds
 from xmr.run.tracking import flatten
 
 
@@ -83,7 +83,7 @@ def experiment_table_cells(exp: Experiment, rows: list[dict],
     base = exp.rerank[0]
     others = exp.rerank[1:]
     first = ["variant"] + ([exp.sweep_label] if exp.sweep else []) + ["method" if exp.kind == "recipes" else "changes"]
-    base_cols = [f"{c} ({rerank_label(base)})" if base != PLAIN else c for c in RECALLS + ["RSUM"]]
+    base_cols = [f"{c} ({rerank_label(base)})" if base != PLAIN else c for c in RECALLS + ["RSUM"] + EXTENDED]
     cols = first + base_cols + [f"RSUM ({rerank_label(o)})" for o in others] + ["train (min)"]
     if paper:
         cols.append(f"paper RSUM ({paper['dataset']})")
@@ -95,7 +95,7 @@ def experiment_table_cells(exp: Experiment, rows: list[dict],
         if exp.sweep:
             line.append(fmt(None) if any_row["value"] is None else str(any_row["value"]))
         line.append(str(any_row["method"] if exp.kind == "recipes" else any_row["changes"]))
-        line += [fmt(b.get(c)) for c in RECALLS + ["RSUM"]]
+        line += [fmt(b.get(c)) for c in RECALLS + ["RSUM"] + EXTENDED]
         line += [fmt(by_rr.get(o, {}).get("RSUM")) for o in others]
         line.append(fmt(any_row["train (min)"]))
         if paper:
@@ -140,7 +140,7 @@ def experiment_markdown(exp: Experiment, rows: list[dict], missing: list[str] = 
 
 
 CSV_COLUMNS = ["experiment", "dataset", "variant", "value", "rerank", "method", "changes", "protocol", *RECALLS,
-               "RSUM", "i2t R-P", "t2i R-P", "best_epoch", "train (min)"]
+               "RSUM", *EXTENDED, "i2t R-P", "t2i R-P", "best_epoch", "train (min)"]
 
 
 def bar_rerankers(rerank: list[str], by_variant: dict[str, dict[str, dict]]) -> list[str]:

@@ -14,9 +14,10 @@ from typing import Any
 
 from xmr.config.loader import safe_load
 from xmr.core.errors import XmrError
+from xmr.report.tables import extended_cells
 
 ENTRY_KEYS = ("method", "recipe", "dataset", "protocol", "rerank", "setting", "role", "i2t", "t2i", "rsum", "source")
-OPTIONAL_KEYS = ("i2t_rp", "t2i_rp", "note")
+OPTIONAL_KEYS = ("i2t_rp", "t2i_rp", "note", "extended", "cxc")
 
 
 def _check(doc: dict, src: str) -> dict:
@@ -80,7 +81,7 @@ def paper_row(entry: dict) -> dict[str, Any]:
     for d in ("i2t", "t2i"):
         if entry.get(f"{d}_rp") is not None:
             row[f"{d} R-P"] = entry[f"{d}_rp"]
-    return row
+    return row | extended_cells(entry)
 
 
 def paper_experiment(name: str, path: str | os.PathLike | None = None) -> dict | None:

@@ -18,9 +18,15 @@ from xmr.core.io import read_json
 from xmr.evaluation.metrics import saturated_recalls, saturation_note
 
 RECALLS = [f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
+# mAP@R over extended positives (a dataset's own, synth's scene-checked ones, or ECCV Caption's: ``extended`` in a
+# results file), beside RSUM
+EXTENDED = ["i2t mAP@R (ext.)", "t2i mAP@R (ext.)"]
+# what the report adds for protocols eccv and cxc (ECCV Caption R-Precision and R@1, CxC R@1/5/10)
+EXTENDED_DETAIL = [f"{d} {m} (ext.)" for d in ("i2t", "t2i") for m in ("R-P", "R@1")]
+CXC = [f"{d} CxC R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)]
 # `xmr show` (the demo's table): also how training ended (epochs, plateau / cap), the test matrix's spread and, for
 # set methods, the mean off-diagonal cosine of an image's sub-embeddings on the test split (DVSE Fig. 6's measure)
-COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM", "epochs", "ended by", "test sim. std", "set corr."]
+COLUMNS = ["dataset", "target", "protocol", *RECALLS, "RSUM", *EXTENDED, "epochs", "ended by", "test sim. std", "set corr."]
 # summary.md (the README table): what was trained, how well, and how long it took
 SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min)"]
 
@@ -60,6 +66,21 @@ def metric_row(metrics: dict) -> dict[str, Any]:
     for d in ("i2t", "t2i"):
         if "r_precision" in metrics.get(d, {}):
             row[f"{d} R-P"] = metrics[d]["r_precision"]
+    return row | extended_cells(metrics)
+
+
+def extended_cells(metrics: dict) -> dict[str, Any]:
+    """The extended-positive columns of a results dict's ``extended`` / ``cxc`` (or a paper entry's): absent keys
+    give no cell."""
+    row: dict[str, Any] = {}
+    ext, cxc = metrics.get("extended") or {}, metrics.get("cxc") or {}
+    for d in ("i2t", "t2i"):
+        for key, col in (("map_at_r", f"{d} mAP@R (ext.)"), ("r_precision", f"{d} R-P (ext.)"), ("r1", f"{d} R@1 (ext.)")):
+            if (ext.get(d) or {}).get(key) is not None:
+                row[col] = ext[d][key]
+        for k in (1, 5, 10):
+            if (cxc.get(d) or {}).get(f"r{k}") is not None:
+                row[f"{d} CxC R@{k}"] = cxc[d][f"r{k}"]
     return row
 
 
@@ -139,10 +160,14 @@ def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike
             secs = train_seconds(run_dir_of(r, runs_root)) if "recipe" in r and "dataset" in r else None
             protocols = r.get("protocols") or {r["protocol"]: r}
             names = list(protocols) if all_protocols else [r["protocol"]]
+            # the headline row shows extended positives evaluated under another protocol (COCO: eccv) beside it
+            ext = next((m for m in protocols.values() if isinstance(m, dict) and m.get("extended")), {})
             for name in names:
+                row = metric_row(protocols.get(name, r))
+                if not all_protocols and not any(c in row for c in EXTENDED):
+                    row |= {c: v for c, v in extended_cells(ext).items() if c in EXTENDED}
                 rows.append({"dataset": r.get("dataset"), "target": target, "recipe": r.get("recipe"),
-                             "method": r.get("method"), "rerank": rerank, "protocol": name,
-                             **metric_row(protocols.get(name, r)),
+                             "method": r.get("method"), "rerank": rerank, "protocol": name, **row,
                              "train (min)": None if secs is None else secs / 60.0, "path": str(p),
                              "epochs": r.get("epochs_trained"), "ended by": r.get("stopped_by"),
                              "test sim. std": _std_text(r.get("similarity_spread")),

@@ -49,7 +49,7 @@ def cache_key(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> 
 def read_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, Any] | None:
     """The cached gallery of ``split`` (``image_emb``, ``text_emb`` as float32 arrays, ``image_ids``,
     ``image_paths`` (or None: a features-only dataset), ``captions``, ``caption_image``, ``image_labels`` (or None),
-    ``subsets`` (or None)), or None when it is missing, unreadable or stale."""
+    ``subsets`` (or None), ``positives`` (``{"source", "t2i": each caption's positive image rows}`` or None)), or None when it is missing, unreadable or stale."""
     path = gallery_cache_file(run_dir, split)
     if not path.is_file():
         return None
@@ -63,12 +63,16 @@ def read_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str) 
         return None
     subsets = {name: {"images": arrays.pop(f"subset_images.{name}"), "captions": arrays.pop(f"subset_captions.{name}")}
                for name in meta["subsets"]} if meta.get("subsets") is not None else None
+    positives = None
+    if "positives_indptr" in arrays:  # a dataset's extended positives: each caption's image rows
+        ptr, rows = arrays["positives_indptr"], arrays["positives_rows"]
+        positives = {"source": meta["positives"], "t2i": [rows[ptr[j]:ptr[j + 1]] for j in range(len(ptr) - 1)]}
     return {"split": split, "image_emb": arrays["image_emb"], "text_emb": arrays["text_emb"],
             "image_ids": [str(i) for i in arrays["image_ids"]],
             "image_paths": [str(p) for p in arrays["image_paths"]] if "image_paths" in arrays else None,
             "captions": [str(c) for c in arrays["captions"]],
             "caption_image": [int(i) for i in arrays["caption_image"]],
-            "image_labels": arrays.get("image_labels"), "subsets": subsets}
+            "image_labels": arrays.get("image_labels"), "subsets": subsets, "positives": positives}
 
 
 def write_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str, data, image_emb: np.ndarray,
@@ -83,11 +87,16 @@ def write_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str,
               "image_ids": np.asarray([str(i) for i in data.image_ids]),
               "captions": np.asarray([str(c) for c in data.captions]),
               "caption_image": np.asarray(data.caption_image, dtype=np.int64),
-              "meta": np.asarray(json.dumps({"key": key, "subsets": sorted(subsets) if subsets else None}))}
+              "meta": np.asarray(json.dumps({"key": key, "subsets": sorted(subsets) if subsets else None,
+                                             "positives": (data.extra.get("positives") or {}).get("source")}))}
     if data.image_labels is not None:
         arrays["image_labels"] = np.asarray(data.image_labels)
     if data.image_paths:
         arrays["image_paths"] = np.asarray([str(p) for p in data.image_paths])
+    if data.extra.get("positives"):
+        lists = data.extra["positives"]["t2i"]
+        arrays["positives_indptr"] = np.cumsum([0] + [len(x) for x in lists]).astype(np.int64)
+        arrays["positives_rows"] = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists])
     for name, parts in (subsets or {}).items():
         arrays[f"subset_images.{name}"] = np.asarray(parts["images"])
         arrays[f"subset_captions.{name}"] = np.asarray(parts["captions"])

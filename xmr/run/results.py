@@ -23,7 +23,8 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
     far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py).
     ``keep_ranks=True`` adds ``query_ranks``: the headline protocol's per-query ranks and the split's subset masks
     (arrays, for :func:`write_query_ranks`; not JSON)."""
-    from xmr.evaluation import evaluate_sims
+    from xmr.evaluation import evaluate_sims, get_protocol
+    from xmr.evaluation.extended import positives_from_caption_lists
     from xmr.run.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
     from xmr.run.config import load_saved_config  # imports the methods (their schemas): not at module level
@@ -45,26 +46,36 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
         params = resolve_rerank_params(rerank, ds["rerank_defaults"], cfg["eval"]["rerank"],
                                        _validation_scale(rerank, train_info, run_dir) | dict(rerank_params or {}))
         arrays = load_array_params(params, f"re-ranker {rerank!r}")  # .npy paths (QB-Norm's bank) as arrays
-    labels = subsets = None
-    if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy":
+    labels = subsets = positives = image_ids = None
+    coco_ids = any(p in ("eccv", "cxc") for p in protocols)
+    if any(p == "cub" for p in protocols) or ds.get("format") == "karpathy" or coco_ids:
         from xmr.run.gallery_cache import read_gallery
 
         # written by `xmr score`: no re-read of the split
         cached = read_gallery(run_dir, settings, ds["test_split"])
         if cached is not None:
-            labels, subsets = cached["image_labels"], cached["subsets"]
-            shape = (len(cached["image_ids"]), len(cached["captions"]))
+            labels, subsets, positives = cached["image_labels"], cached["subsets"], cached["positives"]
+            image_ids, shape = cached["image_ids"], (len(cached["image_ids"]), len(cached["captions"]))
         else:
             from xmr.data import load_split
 
             split = load_split(ds, ds["test_split"])
-            labels, subsets = split.image_labels, split.extra.get("subsets")
-            shape = (split.num_images, split.num_captions)
-        if subsets is not None and sims.shape != shape:
-            subsets = None  # a matrix of another shape (a sub-sample): the protocol check reports it
+            labels, subsets, positives = split.image_labels, split.extra.get("subsets"), split.extra.get("positives")
+            image_ids, shape = split.image_ids, (split.num_images, split.num_captions)
+        if sims.shape != shape:  # a matrix of another shape (a sub-sample): the protocol check reports it
+            subsets = positives = image_ids = None
     by_protocol, query_ranks = {}, None
     for p in protocols:  # rounded here, so that MLflow gets the numbers the results file holds
-        kw = {"image_labels": labels} if p == "cub" else {"subsets": subsets}
+        if p == "cub":
+            kw = {"image_labels": labels}
+        elif p in ("eccv", "cxc"):  # rows in the split's order: its COCO ids say which image each is
+            from xmr.data.coco_positives import coco_positives
+
+            kw = {"positives": coco_positives(p, image_ids)} if image_ids is not None else {}
+        else:
+            kw = {"subsets": subsets}
+            if positives is not None and get_protocol(p).folds == 1:
+                kw["positives"] = positives_from_caption_lists(positives["t2i"], sims.shape[0], positives["source"])
         metrics = evaluate_sims(sims, protocol=p, captions_per_image=ds["captions_per_image"], rerank=rerank,
                                 rerank_params=arrays, keep_ranks=keep_ranks and p == protocols[0] and p != "cub",
                                 **kw)
@@ -196,12 +207,16 @@ COMPACT_RECALLS = ("r1", "r5", "r10")
 
 
 def _compact(metrics: dict) -> dict:
-    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")}
-    return out | {"rsum": metrics["rsum"]}
+    out = {d: {k: metrics[d][k] for k in COMPACT_RECALLS} for d in ("i2t", "t2i")} | {"rsum": metrics["rsum"]}
+    for key, keep in (("extended", "map_at_r"), ("cxc", "r1")):  # extended positives: their headline number
+        if metrics.get(key):
+            out[key] = {d: {keep: metrics[key][d][keep]} for d in ("i2t", "t2i")}
+    return out
 
 
 def compact_metrics(result: dict) -> dict:
-    """R@1/5/10 both directions and RSUM per protocol and per evaluation subset of a results dict:
+    """R@1/5/10 both directions and RSUM (and the mAP@R of ``extended`` / R@1 of ``cxc`` where evaluated) per
+    protocol and per evaluation subset of a results dict:
     ``{protocol: {i2t: {r1, r5, r10}, t2i: {...}, rsum, subsets: {name: {i2t, t2i, rsum}}}}``, each value the
     full results' own (``result["protocols"][protocol]...``); a ``--reranks`` file gives one such dict per
     re-ranker. CUB's class-level protocol (no RSUM) keeps its R-Precision and R@1 instead."""

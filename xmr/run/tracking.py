@@ -59,10 +59,11 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def metrics_to_flat(metrics: dict, prefix: str) -> dict[str, float]:
-    """``{"i2t": {"r1": ..}, "rsum": ..}`` -> ``{prefix/i2t_r1: .., prefix/rsum: ..}`` (numbers only)."""
+    """``{"i2t": {"r1": ..}, "rsum": ..}`` -> ``{prefix/i2t_r1: .., prefix/rsum: ..}`` (numbers only; with extended
+    positives also ``prefix/extended_i2t_map_at_r`` .., ``prefix/cxc_i2t_r1`` ..)."""
     flat = {}
     # only retrieval metrics: counts and re-ranker parameters are parameters, not metrics
-    keep = {k: v for k, v in metrics.items() if k in ("i2t", "t2i", "rsum")}
+    keep = {k: v for k, v in metrics.items() if k in ("i2t", "t2i", "rsum", "extended", "cxc")}
     for k, v in flatten(keep).items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             flat[f"{prefix}/{k.replace('.', '_')}"] = float(v)
@@ -390,7 +391,8 @@ class Tracker:
 
 TEST_METRIC = re.compile(r"^test_(?P<tag>[^/]+)/(?P<protocol>[^/]+)/(?P<name>[a-z0-9_]+)$")
 # metric name in MLflow -> column of the results table (the `xmr summarize` columns, xmr/report/tables.py)
-TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM"}
+TABLE_METRICS = {**{f"{d}_r{k}": f"{d} R@{k}" for d in ("i2t", "t2i") for k in (1, 5, 10)}, "rsum": "RSUM",
+                 **{f"extended_{d}_map_at_r": f"{d} mAP@R (ext.)" for d in ("i2t", "t2i")}}
 
 
 def _int_or_none(v: str | None) -> int | None:

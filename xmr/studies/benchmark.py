@@ -37,6 +37,9 @@ from xmr.run.layout import RESULTS_ROOT, RUNS_ROOT, RunKey, results_dir
 PLAIN = "none"
 ALL = "all"  # the whole test split (not a subset)
 METRICS = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "rsum")
+#: mAP@R over extended positives (a results file's ``extended``, synth's scene-checked ones), shown beside RSUM;
+#: NaN for a results file without them
+EXTENDED_METRICS = ("i2t_map_at_r_ext", "t2i_map_at_r_ext")
 #: per-run set statistics a claim can compare (xmr/evaluation/set_stats.py; the same value for every re-ranker and
 #: subset of a run: they describe its image embeddings); NaN for a run of a single-embedding method
 SET_METRICS = ("correlation", "residual_correlation")
@@ -323,8 +326,10 @@ def _side(spec: str) -> tuple[str, str]:
 def flat_metrics(result: dict) -> dict[str, dict[str, float]]:
     """``{subset: {metric: value}}`` of one evaluation (``all`` = the whole test split)."""
     def flat(d: dict) -> dict[str, float]:
+        ext = d.get("extended") or {}
         return {f"{k}_r{r}": float(d[k][f"r{r}"]) for k in ("i2t", "t2i") for r in (1, 5, 10)} | \
-            {"rsum": float(d["rsum"])}
+            {"rsum": float(d["rsum"])} | \
+            {f"{k}_map_at_r_ext": float((ext.get(k) or {}).get("map_at_r", float("nan"))) for k in ("i2t", "t2i")}
 
     out = {ALL: flat(result)}
     for name, sub in (result.get("subsets") or {}).items():
@@ -576,6 +581,9 @@ def summary_rows(bench: Benchmark, records: list[dict]) -> list[dict]:
                     row[f"{m}_mean"], row[f"{m}_std"] = mean_std(vals.values())
                     row["seeds"] = len(vals)
                 else:
+                    for m in EXTENDED_METRICS:  # beside RSUM; NaN where the results files have none
+                        row[f"{m}_mean"], row[f"{m}_std"] = mean_std(
+                            v for v in _values(records, variant, rerank, subset, m).values() if math.isfinite(v))
                     rows.append(row)
     return rows
 
@@ -649,15 +657,17 @@ def benchmark_markdown(bench: Benchmark, rows: list[dict], claims: list[dict], t
                   f"images / {test.get('ambiguous_captions')} captions.\n\n")
     n = len(bench.seeds)
     subsets = list(dict.fromkeys(r["subset"] for r in rows))
-    heads = ["i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM"]
+    heads = ["i2t R@1", "i2t R@5", "i2t R@10", "t2i R@1", "t2i R@5", "t2i R@10", "RSUM", "i2t mAP@R (ext.)",
+             "t2i mAP@R (ext.)"]
     for subset in subsets:
         title = "whole test split" if subset == ALL else f"subset `{subset}`"
         out.write(f"**{bench.dataset} test, {title}, no re-ranking** (mean ± std over {n} seeds)\n\n")
         out.write("| variant | " + " | ".join(heads) + " |\n|---|" + "---|" * len(heads) + "\n")
         for r in rows:
             if r["subset"] == subset and r["rerank"] == PLAIN:
-                out.write(f"| {r['variant']} | " + " | ".join(_pm(r[f'{m}_mean'], r[f'{m}_std']) for m in METRICS)
-                          + " |\n")
+                out.write(f"| {r['variant']} | " + " | ".join(
+                    _pm(r.get(f"{m}_mean", math.nan), r.get(f"{m}_std", math.nan)) for m in METRICS + EXTENDED_METRICS)
+                    + " |\n")
         out.write("\n")
     others = [x for x in bench.rerank if x != PLAIN]
     if others:

@@ -62,9 +62,28 @@ def _decimals(v: float) -> int:
     return len(text.split(".")[1].rstrip("0")) if "." in text else 0
 
 
+def _extended_text(row: dict, digits: str = ".1f") -> str:
+    """ECCV Caption's mAP@R / R-Precision / R@1 and CxC's R@1 of a paper row or of results (protocol eccv), image ->
+    text · text -> image; empty when there are none."""
+    ext, cxc = row.get("extended") or {}, row.get("cxc") or {}
+
+    def num(v) -> str:
+        return "–" if v is None else f"{v:{digits}}"
+
+    parts = []
+    if ext:
+        parts.append("ECCV Caption mAP@R / R-P / R@1: " + " · ".join(
+            " / ".join(num((ext.get(d) or {}).get(k)) for k in ("map_at_r", "r_precision", "r1")) for d in ("i2t", "t2i")))
+    if cxc:
+        parts.append("CxC R@1: " + " · ".join(num((cxc.get(d) or {}).get("r1")) for d in ("i2t", "t2i")))
+    return "; ".join(parts)
+
+
 def _paper_cell(row: dict) -> str:
     """A paper row as printed: every recall with as many decimals as the most precise one (YAML reads 86.50 as
     86.5; the PVSE README prints two decimals throughout)."""
+    if row.get("extended") or row.get("cxc"):
+        return f"{row['row']}: {_extended_text(row)} [{row['_ref']}]"
     recalls = [v for v in (*row["i2t"], *row["t2i"]) if v is not None]
     places = max([_decimals(v) for v in recalls] + [1])
 
@@ -85,12 +104,18 @@ def _result_metrics(path: Path, protocol: str) -> dict | None:
     result = read_json(path)
     if "by_rerank" in result:  # a multi-re-ranker file: its plain reading
         result = result["by_rerank"].get("none", {})
-    return (result.get("protocols") or {}).get(protocol)
+    protocols = result.get("protocols") or {}
+    metrics = protocols.get(protocol)
+    if protocol == "eccv" and metrics is not None and "cxc" in protocols:  # Table A1 prints both side by side
+        metrics = {**metrics, "cxc": protocols["cxc"].get("cxc")}
+    return metrics
 
 
 def _xmr_cell(metrics: dict | None, row: str) -> str:
     if metrics is None:
         return ""
+    if metrics.get("extended"):
+        return f"{row}: {_extended_text(metrics)}"
     recalls = [" / ".join(f"{metrics[d][k]:.1f}" for k in RECALLS) for d in ("i2t", "t2i")]
     return f"{row}: {recalls[0]} · {recalls[1]} · RSUM {metrics['rsum']:.1f}"
 
@@ -99,7 +124,8 @@ def _protocol_rows(entry: ZooEntry, ds_protocols: list[str]) -> list[tuple[str, 
     """(row label, protocol) pairs the xmr columns show: the paper rows' protocols, else the dataset's."""
     pairs = [(r["row"], r["protocol"]) for r in entry.paper_rows if r.get("rerank", "none") == "none"]
     seen = {p for _, p in pairs}
-    return pairs + [(p, p) for p in ds_protocols if p not in seen]
+    # cxc's numbers are shown with eccv's (the results' eccv cell carries both, as DiVE Table A1 prints them)
+    return pairs + [(p, p) for p in ds_protocols if p not in seen and not (p == "cxc" and "eccv" in ds_protocols)]
 
 
 def render_zoo(entries: list[ZooEntry], results_root: str | os.PathLike = RESULTS_ROOT,
