@@ -25,8 +25,8 @@ from xmr.methods.base import METHODS, MethodSettings, RetrievalModel
 class ClipModel:
     """The ``model`` section (:attr:`Clip.schema`)."""
     path: str
-    max_len: int | None
-    embed_dim: int | None = None
+    embed_dim: int
+    max_len: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,9 @@ class Clip(RetrievalModel):
                            f"{self.image_head.in_dim}-d tokens; read its tokens (a transformers backbone whose "
                            f"weights: is this folder, config/backbones.yaml)")
         width = self.text.embed_dim
-        if m.embed_dim is not None and m.embed_dim != width:
+        if m.embed_dim != width:
             raise XmrError(f"clip: model.embed_dim {m.embed_dim} but {m.path} embeds in {width} dimensions; "
-                           f"remove model.embed_dim or set it to {width}")
-        self.embed_dim = width
+                           f"set model.embed_dim: {width}")
 
     def encode_image(self, feats: torch.Tensor, num_regions: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.image_head(feats), dim=-1)
