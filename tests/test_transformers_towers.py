@@ -124,3 +124,30 @@ def test_zero_shot_similarity_is_the_library_cosine(towers, family):
     want = torch.nn.functional.normalize(img, dim=-1) @ torch.nn.functional.normalize(txt, dim=-1).t()
     assert sims.shape == (12, 60)
     np.testing.assert_allclose(sims, want.numpy(), atol=1e-5)
+
+
+def test_end_to_end_the_tower_trains_at_the_scaled_learning_rate(tiny_synth, towers):
+    """`xmr train` of VSE∞ with the tiny ViT inside the model (features.source: images): the tower's parameters form
+    the optimizer group `image_backbone` at lr x 0.1 (VSE+2AD's patch setting), its weights moved from the folder's
+    (gradients reached it), and an Adam step of a tower weight is at most that group's lr."""
+    from transformers import AutoModel
+
+    table = yaml.safe_load((tiny_synth.config_dir / "backbones.yaml").read_text())
+    table["tiny_vit"] = {"name": "transformers", "weights": str(towers / "models" / "vit"), "batch_size": 16}
+    (tiny_synth.config_dir / "backbones.yaml").write_text(yaml.safe_dump(table))
+    recipe = tiny_synth.recipe("vse_inf", name="vse_inf_tiny_vit", text={"encoder": "bigru", "word_vectors": None,
+                                                                      "word_dim": 16},
+                               features={"source": "images", "backbone": "tiny_vit"},
+                               optim={"lr": 0.001, "image_backbone_lr_scale": 0.1}, train={"epochs": 1})
+    run = towers / "runs" / "vse_inf_tiny_vit"
+    run_xmr("train", "--config", recipe, "--out", run, "--no-progress", check=True)
+    last = torch.load(run / "last.pt", map_location="cpu", weights_only=True)
+    groups = {g["name"]: g for g in last["optimizer"]["param_groups"]}
+    assert groups["image_backbone"]["lr"] == pytest.approx(0.0001) and groups["main"]["lr"] == pytest.approx(0.001)
+    start = AutoModel.from_pretrained(towers / "models" / "vit").state_dict()
+    trained = {k.removeprefix("image_backbone.net.tower."): v for k, v in last["model"].items()
+               if k.startswith("image_backbone.net.tower.")}
+    # every encoder weight moved, by at most one lr per Adam step: 15 steps (240 caption pairs in batches of 16)
+    # at the group's 1e-4 (at the main lr of 1e-3 they could move 10x as far)
+    moved = {k: (trained[k] - v).abs().max().item() for k, v in start.items() if k.startswith("layers.")}
+    assert moved and all(0 < d <= 15 * 0.0001 * 1.05 for d in moved.values()), moved
