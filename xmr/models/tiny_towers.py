@@ -23,18 +23,20 @@ def _tokenizer(folder: Path) -> None:
 
 
 def save_tiny_tower(family: str, folder: str | Path, image_size: int = 32, patch_size: int = 8, hidden: int = 32,
-                    layers: int = 2, seed: int = 0) -> Path:
+                    layers: int = 2, seed: int = 0, heads: int = 2, mlp_ratio: int = 2) -> Path:
     """A ``family`` model (:data:`FAMILIES`) with ``layers`` layers of width ``hidden`` at ``image_size`` px and its
-    image processor (square resize for ViT and SigLIP; shorter side + crop for CLIP and DINOv2) in ``folder``."""
+    image processor (square resize for ViT and SigLIP; shorter side + crop for CLIP and DINOv2) in ``folder``.
+    ``hidden=768, layers=12, heads=12, mlp_ratio=4, image_size=224, patch_size=16``: a base-size tower (benchmarks)."""
     import torch
     import transformers as tf
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    vision = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=2 * hidden,
-                  image_size=image_size, patch_size=patch_size)
-    text = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2, intermediate_size=2 * hidden,
+    vision = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=mlp_ratio * hidden, image_size=image_size, patch_size=patch_size)
+    text = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                intermediate_size=mlp_ratio * hidden,
                 vocab_size=len(VOCAB), max_position_embeddings=32, pad_token_id=0, bos_token_id=VOCAB.index("[CLS]"),
                 eos_token_id=VOCAB.index("[SEP]"))
     square = {"height": image_size, "width": image_size}
