@@ -4,7 +4,10 @@ in place of downloaded weights. They go through exactly the loading path of a re
 
 from __future__ import annotations
 
+import os
+import shutil
 import string
+import tempfile
 from pathlib import Path
 
 #: family -> what the folder holds (the ``transformers`` class names)
@@ -29,9 +32,12 @@ def save_tiny_tower(family: str, folder: str | Path, image_size: int = 32, patch
     ``hidden=768, layers=12, heads=12, mlp_ratio=4, image_size=224, patch_size=16``: a base-size tower (benchmarks)."""
     import torch
     import transformers as tf
+    from transformers.utils import logging
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    logging.disable_progress_bar()
+    final = Path(folder)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))  # renamed into place when complete
     torch.manual_seed(seed)
     vision = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
                   intermediate_size=mlp_ratio * hidden, image_size=image_size, patch_size=patch_size)
@@ -54,9 +60,13 @@ def save_tiny_tower(family: str, folder: str | Path, image_size: int = 32, patch
         model = (tf.SiglipVisionModel(tf.SiglipVisionConfig(**vision)) if family == "siglip_vision" else
                  tf.SiglipModel(tf.SiglipConfig(text_config=text, vision_config=vision)))
     else:
+        shutil.rmtree(folder)
         raise ValueError(f"family {family!r}: one of {', '.join(FAMILIES)}")
     model.save_pretrained(folder)
     proc.save_pretrained(folder)
     if family in ("clip", "siglip"):
         _tokenizer(folder)
-    return folder
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(folder, final)
+    return final
