@@ -26,9 +26,7 @@ FAMILIES = ("vit", "clip_vision", "clip", "siglip", "dinov2")
 def towers(tiny_synth, module_tmp):
     """A config dir over tiny_synth's data (64 px images) with one backbone per family, its folder and features."""
     root = module_tmp("towers")
-    cfg = root / "config"
-    (cfg / "datasets").mkdir(parents=True)
-    (cfg / "datasets" / "synth.yaml").write_text((tiny_synth.config_dir / "datasets" / "synth.yaml").read_text())
+    cfg = tiny_synth.dataset_config_dir(root)
     (cfg / "methods").mkdir()
     (cfg / "methods" / "clip.yaml").write_text((REPO / "config" / "methods" / "clip.yaml").read_text())
     table = {f: {"name": "transformers", "weights": str(save_tiny_tower(f, root / "models" / f)), "batch_size": 8}
