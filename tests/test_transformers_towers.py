@@ -89,8 +89,9 @@ def test_a_missing_model_folder_is_one_line(towers, tmp_path):
                 "--out", tmp_path / "f.h5", "--workers", "0", "--no-progress")
     assert r.returncode != 0
     assert r.stderr.strip().splitlines() == [
-        f"xmr extract: error: backbone vit: {tmp_path / 'nowhere'} is not a transformers model folder (no config.json); save the "
-        f"model and its image processor there with save_pretrained, or fix `weights:` in backbones.yaml"]
+        f"xmr extract: error: backbone vit: {tmp_path / 'nowhere'} is not a transformers model folder (no "
+        f"config.json); save the model and its image processor there with save_pretrained, or fix `weights:` in "
+        f"backbones.yaml"]
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])

@@ -134,7 +134,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     form = CHECKPOINT_FORMATS.get(fmt)
     src = Path(src)
     if not (src.is_dir() if form.directory else src.is_file()):
-        raise XmrError(f"{src}: checkpoint {'folder' if form.directory else 'file'} not found; download it from {form.published_at or 'the authors'} "
+        what = "folder" if form.directory else "file"
+        raise XmrError(f"{src}: checkpoint {what} not found; download it from {form.published_at or 'the authors'} "
                        f"(docs/checkpoints.md)")
     if vocab is not None and not Path(vocab).exists():
         raise XmrError(f"{vocab}: not found; pass the vocabulary file or tokenizer folder the model was trained "
@@ -158,7 +159,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     rsum = imported.provenance.get("best_rsum")
     rsum = float(rsum) if isinstance(rsum, (int, float)) else float("nan")
     provenance = {
-        "source": str(src.resolve()), "source_sha256": folder_digest(src) if form.directory else sha256_file(src), "format": fmt, "options": options,
+        "source": str(src.resolve()), "format": fmt, "options": options,
+        "source_sha256": folder_digest(src) if form.directory else sha256_file(src),
         "vocab": None if vocab is None else str(Path(vocab).resolve()),
         "vocab_sha256": None if vocab is None or not Path(vocab).is_file() else sha256_file(vocab),
         "recipe": None if recipe is None else str(recipe), "method": imported.method,

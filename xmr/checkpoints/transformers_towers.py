@@ -27,6 +27,6 @@ def read_transformers(src: Path, vocab: Path | None, options: dict) -> ImportedM
 
 CHECKPOINT_FORMATS.register("transformers")(CheckpointFormat(
     name="transformers", read=read_transformers, directory=True,
-    published_at="the model's page of its publisher (e.g. openai/clip-vit-base-patch16, google/siglip-base-patch16-224), "
-                 "saved with save_pretrained",
+    published_at="the model's page of its publisher (e.g. openai/clip-vit-base-patch16, "
+                 "google/siglip-base-patch16-224), saved with save_pretrained",
     description="a CLIPModel or SiglipModel folder written by save_pretrained: the zero-shot dual encoder"))

@@ -8,7 +8,7 @@ def add_arguments(p):
     from xmr.models.tiny_towers import FAMILIES
 
     p.add_argument("--family", required=True, choices=FAMILIES)
-    p.add_argument("--out", required=True, help="the folder to write (e.g. resources/models/vit-tiny-random)")
+    p.add_argument("--out", required=True, help="the folder to write (e.g. resources/models/clip-tiny-random)")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--patch-size", type=int, default=8)
     p.add_argument("--hidden", type=int, default=32)
