@@ -150,3 +150,22 @@ def test_end_to_end_the_tower_trains_at_the_scaled_learning_rate(tiny_synth, tow
     # at the group's 1e-4 (at the main lr of 1e-3 they could move 10x as far)
     moved = {k: (trained[k] - v).abs().max().item() for k, v in start.items() if k.startswith("layers.")}
     assert moved and all(0 < d <= 15 * 0.0001 * 1.05 for d in moved.values()), moved
+
+
+def test_the_bert_text_encoder_reads_a_clip_folders_text_tower(towers):
+    """`text.encoder: bert` with `text.bert_path:` a CLIPModel folder (the CLIP-head recipes): the tokens are CLIP's
+    text tower's last hidden states, projected; its weights are the pretrained group (text_backbone_lr_scale)."""
+    from transformers import AutoModel
+
+    from xmr.models.text import build_text_encoder
+
+    folder = towers / "models" / "clip"
+    enc = build_text_encoder({"encoder": "bert", "bert_path": str(folder), "max_len": 32}, 8, None).eval()
+    batch = enc.collate(["a red disc", "two blue squares"], [])
+    with torch.no_grad():
+        h, lengths = enc(batch)
+        ref = AutoModel.from_pretrained(folder).text_model(input_ids=batch["input_ids"],
+                                                           attention_mask=batch["attention_mask"]).last_hidden_state
+    torch.testing.assert_close(h, enc.proj(ref))
+    assert lengths.tolist() == batch["attention_mask"].sum(1).tolist()
+    assert {n.split(".")[0] for n, _ in enc.named_parameters()} == {"bert", "proj"}
