@@ -14,6 +14,7 @@ photos with random crops, flips and noise, so each file decodes like a real phot
     .venv/bin/python benchmarks/bench_extract.py                          # efficientnet_lite0, 256 images
     .venv/bin/python benchmarks/bench_extract.py --backbone resnet152_224 --allow-random-init --device cuda
     .venv/bin/python benchmarks/bench_extract.py --device cuda --decoder pil device --workers 4 8   # nvJPEG
+    .venv/bin/python benchmarks/bench_extract.py --tower vit --images 64    # random ViT-B/16 patch tokens
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--allow-random-init", action="store_true", help="backbones without local weights: random init")
+    ap.add_argument("--tower", choices=["vit", "clip_vision", "siglip_vision", "dinov2"],
+                    help="instead of --backbone: a random-initialised base-size transformers tower (ViT-B/16 shape, "
+                         "224 px) saved into a temporary folder, as a `transformers` backbone")
     ap.add_argument("--repeat", type=int, default=1, help="alternate forward/extract measurements this many times")
     ap.add_argument("--json", help="also write the figures here")
     return ap
@@ -60,7 +64,7 @@ from xmr.core.utils import tune_cpu_allocator  # noqa: E402
 from xmr.core.utils import resolve_device  # noqa: E402
 from xmr.data import load_split  # noqa: E402
 from xmr.features.backbones import build_backbone  # noqa: E402
-from xmr.features.extract import extract_features  # noqa: E402
+from xmr.features.extract import extract_features, input_settings  # noqa: E402
 
 
 def make_images(folder: Path, n: int, size: tuple[int, int], seed: int = 0) -> Path:
@@ -121,7 +125,10 @@ def decode_cpu_ms(split, cfg: dict) -> float:
     """CPU ms per image of decoding + resizing alone (what the DataLoader workers do)."""
     from xmr.features.decode import ImageFolderDataset
 
-    ds = ImageFolderDataset(split.image_paths, int(cfg["input_size"]), cfg.get("resize") or "squash")
+    from xmr.features.backbones import BACKBONES
+
+    size, resize, max_size = input_settings(cfg, BACKBONES.get(cfg["name"]))
+    ds = ImageFolderDataset(split.image_paths, size, resize, max_size)
     c = cpu_seconds()
     for i in range(len(ds)):
         ds[i]
@@ -144,19 +151,29 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     dev = resolve_device(args.device)
-    cfg = load_backbone_config(args.backbone, args.config_dir)
-    if args.allow_random_init:
-        cfg.update(allow_random_init=True, weights=None)
-    batch = args.batch_size or cfg["batch_size"]
-    size = int(cfg["input_size"])
     w, h = (int(v) for v in args.image_size.lower().split("x"))
     info = machine(dev)
     with tempfile.TemporaryDirectory(prefix="bench_extract_") as tmp:
         tmp = Path(tmp)
+        if args.tower:
+            from xmr.config.loader import validate
+            from xmr.models.tiny_towers import save_tiny_tower
+
+            folder = save_tiny_tower(args.tower, tmp / "tower", image_size=224, patch_size=16, hidden=768, layers=12,
+                                     heads=12, mlp_ratio=4)
+            args.backbone = f"{args.tower}_b16_random"
+            cfg = validate({"name": "transformers", "key": args.backbone, "weights": str(folder),
+                            "batch_size": 32}, "backbone", args.backbone)
+        else:
+            cfg = load_backbone_config(args.backbone, args.config_dir)
+        if args.allow_random_init:
+            cfg.update(allow_random_init=True, weights=None)
+        batch = args.batch_size or cfg["batch_size"]
         ann = make_images(tmp / "data", args.images, (w, h))
         split = load_split({"name": "bench", "format": "karpathy", "annotations": str(ann),
                             "images": str(tmp / "data" / "images"), "captions_per_image": 1}, "test")
         backbone = build_backbone(cfg).to(dev)
+        size = input_settings(cfg, backbone)[0]  # a saved image processor's size for transformers towers
         untuned = tuned = None
         if dev.type == "cpu":  # extract_features tunes glibc's allocator on CPU: measure the forward both ways
             untuned = bare_forward(backbone, batch, size, args.images, dev)

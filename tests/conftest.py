@@ -60,6 +60,14 @@ class TinySynth:
         self.config_dir = root / "config"
         self.features_dir = root / "features"
 
+    def dataset_config_dir(self, root: Path) -> Path:
+        """``root/config`` holding this set's dataset config (its data stays where it is): a config dir of a test's
+        own, for backbones or settings the shared one lacks."""
+        cfg_dir = root / "config"
+        (cfg_dir / "datasets").mkdir(parents=True)
+        (cfg_dir / "datasets" / "synth.yaml").write_text((self.config_dir / "datasets" / "synth.yaml").read_text())
+        return cfg_dir
+
     def recipe(self, method: str, name: str | None = None, **sections) -> Path:
         """Write a recipe extending the repo's config/methods/{method}.yaml with tiny sizes; returns its path.
         ``sections`` deep-override (e.g. ``model={"embed_dim": 32}``, ``train={"epochs": 2}``)."""

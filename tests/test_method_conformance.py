@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from xmr.config.loader import deep_merge
 from xmr.core.errors import XmrError
 from xmr.inference.model import load, load_trained, score_split
 from xmr.methods import METHODS
@@ -33,8 +34,12 @@ def trained(tiny_synth, module_tmp):
 
     def get(method: str):
         if method not in runs:
-            recipe = tiny_synth.recipe(method, name=f"conformance_{method}", text=TOY_TEXT,
-                                       **METHODS.get(method).conformance_overrides)
+            cls = METHODS.get(method)
+            sections = deep_merge({"text": TOY_TEXT}, cls.conformance_overrides)
+            if hasattr(cls, "conformance_setup"):  # a method that needs files of its own (a checkpoint folder)
+                sections = deep_merge(sections, cls.conformance_setup(tiny_synth.config_dir,
+                                                                      module_tmp(f"conformance_{method}_files")))
+            recipe = tiny_synth.recipe(method, name=f"conformance_{method}", **sections)
             cfg = load_run_config(recipe)
             run = module_tmp(f"conformance_{method}")
             summary = train(cfg, run, progress=False)

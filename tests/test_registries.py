@@ -85,7 +85,8 @@ def test_checkpoint_formats_in_the_run_schema_are_the_registry():
 
     formats = load_schema("run")["properties"]["checkpoint"]["properties"]["format"]["enum"]
     assert formats == CHECKPOINT_FORMATS.names()
-    with pytest.raises(XmrError, match=r"checkpoint.format: 'vse_infinity' is not one of \['pcme', 'pvse', 'vse_in"):
+    with pytest.raises(XmrError, match=r"checkpoint.format: 'vse_infinity' is not one of "
+                                       r"\['pcme', 'pvse', 'transformers', 'vse_in"):
         load_run_config(REPO / "config/recipes/coco/vse_inf_official_bigru.yaml", ["checkpoint.format=vse_infinity"])
 
 

@@ -175,9 +175,7 @@ def test_branch_output_is_unit_length():
 def tiny_hglmm(tiny_synth, module_tmp):
     """`xmr text-features` on the tiny synth set with small settings; returns the output folder."""
     root = module_tmp("hglmm")
-    cfg_dir = root / "config"
-    (cfg_dir / "datasets").mkdir(parents=True)
-    (cfg_dir / "datasets" / "synth.yaml").write_text((tiny_synth.config_dir / "datasets" / "synth.yaml").read_text())
+    cfg_dir = tiny_synth.dataset_config_dir(root)
     (cfg_dir / "text_features.yaml").write_text(yaml.safe_dump({"hglmm": {
         "word_vectors": "glove6b50d", "vocab_limit": 5000, "fit_samples": 1500, "ica_max_iter": 100,
         "components": 4, "em_iterations": 5, "pca_dim": 64}}))

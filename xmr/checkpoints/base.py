@@ -53,6 +53,8 @@ class CheckpointFormat:
     needs_vocab: bool = False
     # features.backbone of an import without a recipe (the features the released models were evaluated on)
     default_backbone: str = ""
+    # the source is a folder (a save_pretrained model), not one file
+    directory: bool = False
 
 
 CHECKPOINT_FORMATS: Registry[CheckpointFormat] = Registry("checkpoint format")

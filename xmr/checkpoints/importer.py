@@ -99,6 +99,18 @@ def check_feature_size(image: ImageInput, image_dim: int | None, where: str | os
                    f"(--set features.backbone=KEY, or the recipe's features.backbone)")
 
 
+def folder_digest(folder: Path) -> str:
+    """SHA-256 over a model folder's files (names and bytes, sorted by name): what a folder source is."""
+    import hashlib
+
+    from xmr.core.io import sha256_file
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(folder)}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
 def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str | os.PathLike | None = None,
                       vocab: str | os.PathLike | None = None, recipe: str | os.PathLike | None = None,
                       dataset: str | None = None, options: dict | None = None, overrides: tuple[str, ...] = (),
@@ -121,8 +133,9 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
         raise XmrError("import-checkpoint: give --format and --src (or --recipe with a checkpoint: section)")
     form = CHECKPOINT_FORMATS.get(fmt)
     src = Path(src)
-    if not src.is_file():
-        raise XmrError(f"{src}: checkpoint not found; download it from {form.published_at or 'the authors'} "
+    if not (src.is_dir() if form.directory else src.is_file()):
+        what = "folder" if form.directory else "file"
+        raise XmrError(f"{src}: checkpoint {what} not found; download it from {form.published_at or 'the authors'} "
                        f"(docs/checkpoints.md)")
     if vocab is not None and not Path(vocab).exists():
         raise XmrError(f"{vocab}: not found; pass the vocabulary file or tokenizer folder the model was trained "
@@ -146,7 +159,8 @@ def import_checkpoint(out: str | os.PathLike, fmt: str | None = None, src: str |
     rsum = imported.provenance.get("best_rsum")
     rsum = float(rsum) if isinstance(rsum, (int, float)) else float("nan")
     provenance = {
-        "source": str(src.resolve()), "source_sha256": sha256_file(src), "format": fmt, "options": options,
+        "source": str(src.resolve()), "format": fmt, "options": options,
+        "source_sha256": folder_digest(src) if form.directory else sha256_file(src),
         "vocab": None if vocab is None else str(Path(vocab).resolve()),
         "vocab_sha256": None if vocab is None or not Path(vocab).is_file() else sha256_file(vocab),
         "recipe": None if recipe is None else str(recipe), "method": imported.method,

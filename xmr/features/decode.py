@@ -30,7 +30,8 @@ from torch.utils.data import Dataset
 from xmr.core.errors import XmrError
 
 DECODERS = ("auto", "pil", "device")
-RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side", "squash_inter_linear")
+RESIZE_MODES = ("squash", "center_crop", "torchvision_center_crop", "shorter_side", "squash_inter_linear",
+                "shorter_side_center_crop")
 #: resize modes whose network input is float32 (not rounded to uint8 after resizing)
 FLOAT_RESIZE_MODES = ("squash_inter_linear",)
 CROP_RATIO = 0.875  # 224 / 256, the ImageNet evaluation crop
@@ -44,8 +45,9 @@ def resize_geometry(w: int, h: int, size: int, mode: str, max_size: int | None =
     """
     if mode in ("squash", "squash_inter_linear"):
         return (size, size), (0, 0), (size, size)
-    if mode == "center_crop":
-        short = round(size / CROP_RATIO)
+    if mode in ("center_crop", "shorter_side_center_crop"):
+        # shorter_side_center_crop: the full shorter side (CLIP's processor: resize 224, crop 224)
+        short = round(size / CROP_RATIO) if mode == "center_crop" else size
         r = short / min(w, h)
         nw, nh = max(size, round(w * r)), max(size, round(h * r))
         left, top = (nw - size) // 2, (nh - size) // 2

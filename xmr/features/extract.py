@@ -2,7 +2,7 @@
 
 Images are decoded and resized (:mod:`xmr.features.decode`) in DataLoader worker processes, or decoded on the
 device (``decoder``), and shards are written by a background thread, so decoding and writing overlap the forward
-pass. Five resize modes (backbone config ``resize``; default: the
+pass. Six resize modes (backbone config ``resize``; default: the
 backbone's own, else ``squash``):
 
 - ``squash``: the whole image to ``input_size`` x ``input_size`` (aspect ratio not kept; VSE∞'s grid-feature
@@ -13,6 +13,7 @@ backbone's own, else ``squash``):
   ImageNet evaluation transform; PCME's reading for its ResNet features);
 - ``torchvision_center_crop``: the same, exactly as torchvision's ``Resize(256)`` + ``CenterCrop(224)`` (long
   side truncated, crop offset rounded half to even): the reference code's transform, for imported checkpoints;
+- ``shorter_side_center_crop``: shorter side to ``input_size``, then the central square (CLIP's image processor);
 - ``shorter_side``: shorter side to ``input_size``, longer side at most ``max_size``, aspect ratio kept, batch
   zero-padded (detectors: BUTD uses 600 / 1000). Only for backbones that handle padded batches.
 
@@ -47,8 +48,10 @@ _NON_FEATURE_KEYS = {"description", "batch_size", "key", "decoder"}  # the resol
 
 def input_settings(backbone_cfg: dict, backbone: Backbone) -> tuple[int, str, int | None]:
     """``(input_size, resize mode, max_size)`` of a backbone: its config, else the backbone's own defaults."""
-    size = int(backbone_cfg.get("input_size") or 224)
-    resize = backbone_cfg.get("resize") or getattr(backbone, "resize", "squash")
+    own = backbone.input_defaults(backbone_cfg) if hasattr(backbone, "input_defaults") else {}
+    # a saved image processor (transformers towers) fixes the size the model was trained at
+    size = int(own.get("input_size") or backbone_cfg.get("input_size") or 224)
+    resize = backbone_cfg.get("resize") or own.get("resize") or getattr(backbone, "resize", "squash")
     max_size = backbone_cfg.get("max_size") or getattr(backbone, "max_size", None)
     if resize not in RESIZE_MODES:
         raise XmrError(f"backbone {backbone_cfg.get('key', backbone_cfg['name'])}: resize {resize!r}; choose one "
@@ -148,7 +151,7 @@ def extract_features(split: CaptionedSplit, backbone_cfg: dict, out: str | os.Pa
             raise XmrError(f"dataset {split.name} split {split.split}: backbone {backbone_cfg['name']} needs "
                            f"per-image boxes, but the dataset has none (Karpathy JSON `objects[].box`); use "
                            f"`boxes: detector` instead")
-        if resize in ("center_crop", "torchvision_center_crop"):
+        if resize in ("center_crop", "torchvision_center_crop", "shorter_side_center_crop"):
             raise XmrError(f"backbone {backbone_cfg['name']}: given boxes need resize squash or shorter_side "
                            f"(a center crop cuts boxes off)")
     writer = ShardWriter(out, split.num_images, {

@@ -90,6 +90,8 @@ class RetrievalModel(nn.Module):
     # config sections that make the method small enough for the registry's conformance test at toy size (48
     # training images, embeddings of 32; tests/test_method_conformance.py); a new method sets what it needs
     conformance_overrides: ClassVar[dict] = {}
+    # a method that needs files of its own at toy size (a checkpoint folder) also defines a static
+    # ``conformance_setup(config_dir, folder) -> dict`` of further sections (xmr/methods/clip.py)
 
     @classmethod
     def settings_of(cls, run_cfg: dict, text: TextInput | None = None) -> MethodSettings:

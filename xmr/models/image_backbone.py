@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmr.features.backbones import Backbone, build_backbone
+from xmr.features.backbones import BACKBONES, Backbone, build_backbone
 from xmr.features.extract import normalise
 from xmr.settings.run_settings import ImageInput
 
@@ -85,5 +85,7 @@ def build_image_backbone(image: ImageInput, pretrained: bool = True) -> Finetune
     the pretrained file: the weights then come from a run's checkpoint)."""
     bcfg = dict(image.preparation.backbone_config)
     if not pretrained and bcfg.get("weights"):
-        bcfg["weights"], bcfg["allow_random_init"] = None, True
+        bcfg["allow_random_init"] = True
+        if not getattr(BACKBONES.get(bcfg["name"]), "config_in_weights", False):  # a folder keeps its config.json
+            bcfg["weights"] = None
     return FinetunedBackbone(build_backbone(bcfg), image.freeze_bn, image.max_regions)

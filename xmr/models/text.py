@@ -118,7 +118,8 @@ def resolve_bert_path(spec: str | None) -> str:
 
 @TEXT_ENCODERS.register("bert")
 class BertEncoder(TextEncoder):
-    """A BERT-family encoder from a local directory, fine-tuned, projected to the embedding size."""
+    """A BERT-family encoder from a local directory, fine-tuned, projected to the embedding size; the text tower of a
+    CLIP-style folder (``CLIPModel``, ``SiglipModel``) serves the same way (its last hidden states)."""
 
     pretrained_params = ["bert."]
 
@@ -128,7 +129,9 @@ class BertEncoder(TextEncoder):
 
         path = resolve_bert_path(text_cfg.get("bert_path"))
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.bert = AutoModel.from_pretrained(path)
+        model = AutoModel.from_pretrained(path)
+        # a dual encoder's folder (CLIPModel, SiglipModel): its text tower
+        self.bert = getattr(model, "text_model", model)
         self.proj = nn.Linear(self.bert.config.hidden_size, embed_dim)
         self.max_len = text_cfg.get("max_len", 64)
         self.out_dim = embed_dim
