@@ -9,6 +9,7 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/experiments.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/zoo.smk"
 
 

@@ -94,7 +94,7 @@ def dive_cost(shape: str, scale: float, repeat: int) -> dict:
     """Per-pair multiply-adds (counted and by formula) and scoring + top-10 latency of DivE and VSE∞."""
     data = "synth" if shape == "synth" else "f30k"  # B.1: Flickr30K validation, 1,000 images
     n = scaled(IMAGES[data], scale)
-    out: dict = {"shape": shape, "images": n, "captions": n * CAPTIONS_PER_IMAGE, "methods": {}}
+    out: dict = {"shape": data, "images": n, "captions": n * CAPTIONS_PER_IMAGE, "methods": {}}
     for name, path in (("vse_inf", f"{data}/vse_inf"), ("dive", f"{data}/dive")):
         rec = recipe(path)
         k, d = set_shape(rec)
