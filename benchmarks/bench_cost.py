@@ -188,30 +188,27 @@ def oips(shape: str, scale: float, repeat: int) -> list[dict]:
 
 def markdown(res: dict, machine_name: str) -> str:
     head = f"{res['date']} | {res['commit']} | {machine_name}"
+
+    def table(columns: list[str], rows: list[str]) -> list[str]:
+        return ["| date | commit | machine | " + " | ".join(columns) + " |", "|---" * (3 + len(columns)) + "|",
+                *(f"| {head} | {row} |" for row in rows), ""]
+
+    dive = [f"{r['shape']} {r['images']} x {r['captions']} | {name} | {m['K']}, {m['D']} | {m['pair_macs_counted']:,} "
+            f"({'=' if m['pair_macs_counted'] == m['pair_macs_formula'] else '≠'}) | {m['macs_over_vse_inf']:.0f} | "
+            f"{m['latency_ms']:.0f} | {m['latency_over_vse_inf']:.2f}"
+            for r in res.get("dive", []) for name, m in r["methods"].items()]
+    dvse = [f"{r['shape']} {r['images']} x {r['captions']}, K {r['K']} | {r['rerank']} | {r['test_time_s']:.2f} | "
+            f"{r['rerank_s']:.2f}" for r in res.get("dvse", [])]
+    oips = [f"{r['shape']} VSE+2AD, batch {r['batch']} | {r['aggregator']} ({r['image_pool']} / {r['text_pool']}) | "
+            f"{r['items_per_s']:,.0f} | {r['relative_to_gpo']:.2f}" for r in res.get("oips", [])]
     lines = []
-    if res.get("dive"):
-        lines += ["| date | commit | machine | shape | method | K, D | MACs / pair (counted = K·L·D) | × VSE∞ | "
-                  "score + top-10 (ms) | × VSE∞ |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in res["dive"]:
-            for name, m in r["methods"].items():
-                lines.append(f"| {head} | {r['shape']} {r['images']} x {r['captions']} | {name} | {m['K']}, {m['D']} | "
-                             f"{m['pair_macs_counted']:,} ({'=' if m['pair_macs_counted'] == m['pair_macs_formula'] else '≠'}) | "
-                             f"{m['macs_over_vse_inf']:.0f} | {m['latency_ms']:.0f} | {m['latency_over_vse_inf']:.2f} |")
-        lines.append("")
-    if res.get("dvse"):
-        lines += ["| date | commit | machine | shape | re-ranker | test time (s) | re-ranking (s) |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in res["dvse"]:
-            lines.append(f"| {head} | {r['shape']} {r['images']} x {r['captions']}, K {r['K']} | {r['rerank']} | "
-                         f"{r['test_time_s']:.2f} | {r['rerank_s']:.2f} |")
-        lines.append("")
-    if res.get("oips"):
-        lines += ["| date | commit | machine | model | aggregator (image / text) | items / s | × GPO |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in res["oips"]:
-            lines.append(f"| {head} | {r['shape']} VSE+2AD, batch {r['batch']} | {r['aggregator']} ({r['image_pool']} / "
-                         f"{r['text_pool']}) | {r['items_per_s']:,.0f} | {r['relative_to_gpo']:.2f} |")
-        lines.append("")
+    if dive:
+        lines += table(["shape", "method", "K, D", "MACs / pair (counted = K·L·D)", "× VSE∞", "score + top-10 (ms)",
+                        "× VSE∞"], dive)
+    if dvse:
+        lines += table(["shape", "re-ranker", "test time (s)", "re-ranking (s)"], dvse)
+    if oips:
+        lines += table(["model", "aggregator (image / text)", "items / s", "× GPO"], oips)
     return "\n".join(lines)
 
 
