@@ -1,11 +1,12 @@
-# The seed papers' analysis figures of trained runs (`xmr figure`; docs/report.md "Analysis figures"). {run} is a
-# run key below runs/{dataset}/ (a recipe, or exp/EXPERIMENT/VARIANT); two or more runs are joined by "+".
+# The seed papers' analysis figures of trained runs (`xmr figure`; docs/report.md "Analysis figures"):
+# reports/{dataset}/figures/{runs}/{kind}.png, {runs} a run key below runs/{dataset}/ (a recipe, or
+# exp/EXPERIMENT/VARIANT), two or more joined by "+".
 #
-#   snakemake -c2 reports/synth/figures/tsne/exp/dive_figures/small.png       # DivE Fig. A1, CODER Fig. 3
-#   snakemake -c2 reports/synth/figures/slots/exp/dive_figures/small.png      # DivE Figs. 4, A2, A3
-#   snakemake -c2 reports/synth/figures/regions/dvse_demo.png                 # DVSE Fig. 10
-#   snakemake -c2 reports/synth/figures/compare/dvse_demo+exp/dive_figures/small.png   # DVSE Figs. 11-12
-#   snakemake -c2 reports/synth/figures/curves_train_k/exp/vse_2ad_adopt/adopt.png     # VSE+2AD Fig. C-2
+#   snakemake -c2 reports/synth/figures/exp/dive_figures/small/tsne.png       # DivE Fig. A1, CODER Fig. 3
+#   snakemake -c2 reports/synth/figures/exp/dive_figures/small/slots.png      # DivE Figs. 4, A2, A3
+#   snakemake -c2 reports/synth/figures/dvse_demo/regions.png                 # DVSE Fig. 10
+#   snakemake -c2 reports/synth/figures/dvse_demo+exp/dive_figures/small/compare.png   # DVSE Figs. 11-12
+#   snakemake -c2 reports/synth/figures/exp/vse_2ad_adopt/adopt/curves_train_k.png     # VSE+2AD Fig. C-2
 
 
 wildcard_constraints:
@@ -20,7 +21,7 @@ rule figure_tsne:
     input:
         lambda wc: [f"{r}/best.pt" for r in runs_of(wc)],
     output:
-        "reports/{dataset}/figures/tsne/{runs}.png",
+        "reports/{dataset}/figures/{runs}/tsne.png",
     params:
         runs=lambda wc: " ".join(runs_of(wc)),
     log:
@@ -38,7 +39,7 @@ rule figure_maps:
     input:
         "runs/{dataset}/{runs}/best.pt",
     output:
-        "reports/{dataset}/figures/{kind}/{runs}.png",
+        "reports/{dataset}/figures/{runs}/{kind}.png",
     wildcard_constraints:
         kind="slots|regions",
     params:
@@ -57,7 +58,7 @@ rule figure_compare:
     input:
         lambda wc: [f"{r}/test_sims.npy" for r in runs_of(wc)],
     output:
-        "reports/{dataset}/figures/compare/{runs}.png",
+        "reports/{dataset}/figures/{runs}/compare.png",
     params:
         runs=lambda wc: " ".join(runs_of(wc)),
         sims=lambda wc: " ".join(f"{r}/test_sims.npy" for r in runs_of(wc)),
@@ -75,7 +76,7 @@ rule figure_curves:
     input:
         lambda wc: [f"{r}/train.json" for r in runs_of(wc)],
     output:
-        "reports/{dataset}/figures/curves_{column}/{runs}.png",
+        "reports/{dataset}/figures/{runs}/curves_{column}.png",
     params:
         runs=lambda wc: " ".join(runs_of(wc)),
     log:

@@ -77,7 +77,7 @@ def tsne_figure(run_dirs: list[str | os.PathLike], out_png: str | os.PathLike, i
     """One t-SNE panel per run (the same test images in each): o = image elements, ^ = caption elements; colour =
     slot for set methods, modality for single vectors."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(run_dirs), figsize=(4.6 * len(run_dirs), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(run_dirs), figsize=(max(6.0, 4.6 * len(run_dirs)), 4.8), squeeze=False)
     info = {}
     cmap = plt.get_cmap(SLOT_COLOURS)
     for ax, run in zip(axes[0], run_dirs):
@@ -98,7 +98,7 @@ def tsne_figure(run_dirs: list[str | os.PathLike], out_png: str | os.PathLike, i
         ax.set_xticks([])
         ax.set_yticks([])
         info[str(run)] = {"points": int(len(pts["xy"])), "images": len(picks), "slots": int(pts["slot"].max()) + 1}
-    fig.suptitle(f"t-SNE of the embedding space, {images} test images and one caption each", fontsize=10)
+    fig.suptitle(f"t-SNE of the embedding space: {images} test images, one caption each", fontsize=10)
     _footer(fig, machine)
     _save(fig, out_png)
     return info

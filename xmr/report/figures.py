@@ -279,13 +279,16 @@ def produced_on(machine: str | None = None) -> str:
     import datetime
 
     if machine is None:
-        cpu = "unknown CPU"
+        cpu, flags = "unknown CPU", []
         try:
             with open("/proc/cpuinfo") as f:
-                cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-        except (OSError, StopIteration):
+                first = f.read().split("\n\n")[0]  # the first processor's block
+            info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+            cpu, flags = info.get("model name", cpu), info.get("flags", "").split()
+        except OSError:
             pass
-        machine = f"{os.cpu_count()}-core {cpu}"
+        machine = (f"{os.cpu_count()}-core {cpu}" + (" VM" if "hypervisor" in flags else "")
+                   + (" with AVX-512" if "avx512f" in flags else ""))
     return f"made by xmr on {machine}, {datetime.date.today().isoformat()}"
 
 
