@@ -192,6 +192,9 @@ def curves_figure(run_dirs: list[str | os.PathLike], column: str, out_png: str |
         name = labels[n] if labels else Path(run).name
         ax.plot(*zip(*pts), marker=".", label=name)
         series[name] = pts
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel(column)
     ax.grid(alpha=0.3)
