@@ -106,6 +106,9 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
     want_cv = np.mean([1 - float(sum(e[i, a] for a in range(3)).norm() / 3) for i in range(len(e))])
     assert got["circular_variance"] == pytest.approx(want_cv, abs=1e-9)
     assert got["log_circular_variance"] == pytest.approx(math.log(want_cv))
+    shown = run_xmr("show", tmp_path / "r.json", "--set-statistics", check=True).stdout.splitlines()
+    assert shown[0] == "| target | K | set corr. | circ. var. | log circ. var. | caption circ. var. | residual circ. var. |"
+    assert shown[2].startswith(f"| dvse_sets | 3 | {got['correlation']:.3f} | {want_cv:.3f} | {math.log(want_cv):.2f} | — |")
     # DivE Table 5's ablated evaluation through the same command: sub-embedding 1 left out of the similarity
     run_xmr("score", "--run", run, "--out", tmp_path / "s02.npy", "--drop-image-elements", "1", "--no-progress",
             check=True)

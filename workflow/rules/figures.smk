@@ -87,3 +87,92 @@ rule figure_curves:
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
         "{XMR} figure curves --run {params.runs} --column {wildcards.column} --out {output} > {log} 2>&1"
+
+
+# DivE Table 5: a run scored with some set elements left out ({side} image or caption, {mode} keep or drop, a
+# 0-based element {index}), evaluated, and the table of those evaluations beside the whole-set one
+#
+#   snakemake -c2 reports/synth/elements/exp/dive_figures/small.md
+
+
+wildcard_constraints:
+    side="image|caption",
+    mode="keep|drop",
+    index="[0-9]+",
+
+from xmr.config.loader import load_dataset_config
+
+# the rows of DivE Table 5 for K = 4: only S(i) for each element, and all but S^V(2), on each side
+TABLE5 = [f"{side}_keep_{i}" for side in ("image", "caption") for i in range(4)] + ["image_drop_1"]
+
+
+rule score_elements:
+    input:
+        "runs/{dataset}/{run}/best.pt",
+    output:
+        "runs/{dataset}/{run}/test_sims_{side}_{mode}_{index}.npy",
+    params:
+        flag=lambda wc: f"--{'drop-' if wc.mode == 'drop' else ''}{wc.side}-elements {wc.index}",
+    log:
+        "logs/score/{dataset}_{run}_{side}_{mode}_{index}.log",
+    resources:
+        mem_mb=res("score", "mem_mb"),
+        runtime=res("score", "runtime"),
+        cpus_per_task=res("score", "cpus_per_task"),
+    shell:
+        "{XMR} score --run runs/{wildcards.dataset}/{wildcards.run} {params.flag} --out {output} --no-progress"
+        " > {log} 2>&1"
+
+
+rule evaluate_elements:
+    # {row}: all (the whole sets: the run's test_sims.npy) or {side}_{mode}_{index}; named by the file in the table
+    input:
+        lambda wc: f"runs/{wc.dataset}/{wc.run}/test_sims" + ("" if wc.row == "all" else f"_{wc.row}") + ".npy",
+    output:
+        "results/{dataset}/elements/{run}/{row}.json",
+    wildcard_constraints:
+        row="all|(image|caption)_(keep|drop)_[0-9]+",
+    params:
+        protocol=lambda wc: load_dataset_config(wc.dataset)["protocols"][0],  # the dataset's headline protocol
+    log:
+        "logs/evaluate/{dataset}_elements_{run}_{row}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} evaluate --sims {input} --protocol {params.protocol} --out {output} > {log} 2>&1"
+
+
+ruleorder: evaluate_elements > evaluate
+
+
+rule elements_table:
+    input:
+        lambda wc: [f"results/{wc.dataset}/elements/{wc.run}/{row}.json" for row in ["all", *TABLE5]],
+    output:
+        "reports/{dataset}/elements/{run}.md",
+    log:
+        "logs/report/{dataset}_elements_{run}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} show {input} --out {output} > {log} 2>&1"
+
+
+rule set_statistics_table:
+    # DVSE Fig. 6's correlation and DivE Table 3's circular variance of results files ({targets} joined by "+")
+    input:
+        lambda wc: [f"results/{wc.dataset}/{t}.json" for t in wc.targets.split("+")],
+    output:
+        "reports/{dataset}/set_statistics/{targets}.md",
+    log:
+        "logs/report/{dataset}_set_statistics_{targets}.log",
+    resources:
+        mem_mb=res("light", "mem_mb"),
+        runtime=res("light", "runtime"),
+        cpus_per_task=res("light", "cpus_per_task"),
+    shell:
+        "{XMR} show {input} --set-statistics --out {output} > {log} 2>&1"

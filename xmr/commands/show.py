@@ -13,6 +13,9 @@ def add_arguments(p):
                    "(runs/{dataset}/{recipe}/, or their train.json: how training went, epoch by epoch), or folders "
                    "of runs (runs/synth/, runs/: one row per run)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
+    p.add_argument("--set-statistics", action="store_true",
+                   help="the results files' set statistics instead of their metrics: K, the sub-embeddings' mean "
+                        "cosine (DVSE Fig. 6) and circular variance (DivE Table 3 right), of images, captions, residuals")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
     p.add_argument("--expect", metavar="FILE#SECTION",
                    help="compare each row's RSUM with the table of a generated section of FILE (README.md#demo-synth, "
@@ -79,15 +82,18 @@ def runs_below(path: str) -> list[str]:
 
 
 def run(args):
-    from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
-                                   run_row)
+    from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, SET_COLUMNS, csv_table, markdown_table, result_rows,
+                                   run_history, run_row, set_statistics_rows)
 
     table = csv_table if args.csv else markdown_table
     runs = [p for p in args.results if _is_run(p)]
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}
     results = [p for p in args.results if p not in runs and p not in folders]
-    parts = [table(result_rows(expand_folders(results)))] if results else []
+    if args.set_statistics:
+        parts = [table(set_statistics_rows(expand_folders(results)), SET_COLUMNS)] if results else []
+    else:
+        parts = [table(result_rows(expand_folders(results)))] if results else []
     for r in runs:
         line, rows = run_history(r)
         parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")
