@@ -80,6 +80,11 @@ def test_tsne_has_every_set_element_of_both_modalities(fig_runs, tmp_path):
     assert f"{fig_runs['dive']} 24 points, 2 slot(s)" in r.stdout
     assert f"{fig_runs['vse_2ad']} 12 points, 1 slot(s)" in r.stdout
     assert (tmp_path / "tsne.png").read_bytes()[:8] == PNG
+    # CODER Fig. 3's reading: one element of each set (0), every caption of the images (tiny synth: 5 per image)
+    r = xmr_in_process("figure", "tsne", "--run", fig_runs["dive"], "--images", "4", "--element", "0",
+                       "--all-captions", "--out", tmp_path / "tsne1.png")
+    assert r.returncode == 0, r.stderr
+    assert f"{fig_runs['dive']} 24 points, 1 slot(s)" in r.stdout  # 4 images + 4 x 5 captions, one element each
 
 
 def test_disagreeing_queries_by_hand():

@@ -21,6 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--images", type=int, default=100, help="test images shown, with one caption each (default 100)")
     t.add_argument("--seed", type=int, default=0, help="which images, and t-SNE's seed")
     t.add_argument("--split", default=None, help="default: the dataset's test split")
+    t.add_argument("--all-captions", action="store_true",
+                   help="every caption of the shown images (CODER Fig. 3: 1,000 images, 5,000 captions)")
+    t.add_argument("--element", type=int, default=None,
+                   help="only this 0-based element of each set (CODER's [instance, concept]: 0 = instance)")
     m = sub.add_parser("maps", parents=[common], help="each image sub-embedding's map over test images: attention "
                                                       "(DivE Fig. 4) or regions ranked by cosine (DVSE Fig. 10)")
     m.add_argument("--run", required=True, help="a set method's run directory (DVSE, PVSE, DivE)")
@@ -56,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.figure == "tsne":
         from xmr.report.analysis_figures import tsne_figure
 
-        info = tsne_figure(runs, args.out, args.images, args.seed, args.split, machine=args.machine)
+        info = tsne_figure(runs, args.out, args.images, args.seed, args.split, machine=args.machine,
+                           all_captions=args.all_captions, element=args.element)
         print(f"wrote {args.out}: " + ", ".join(f"{r} {v['points']} points, {v['slots']} slot(s)"
                                                 for r, v in info.items()))
     elif args.figure == "maps":

@@ -43,20 +43,22 @@ def _gallery(run_dir: str | os.PathLike, split: str | None, device: str) -> dict
 # -- t-SNE ------------------------------------------------------------------------------------------------------
 
 def tsne_points(image_emb: np.ndarray, text_emb: np.ndarray, caption_image: list[int], images: list[int],
-                seed: int = 0, perplexity: float = 30.0) -> dict[str, np.ndarray]:
-    """2-D t-SNE of the set elements of ``images`` and of their first caption: ``xy`` (P, 2), ``modality`` (P,)
-    0 = image, 1 = caption, ``slot`` (P,) the element's index in its set (0 for single vectors), ``owner`` (P,)
-    the image each point belongs to. Elements are L2-normalised first (the embeddings' cosine geometry)."""
+                seed: int = 0, perplexity: float = 30.0, all_captions: bool = False) -> dict[str, np.ndarray]:
+    """2-D t-SNE of the set elements of ``images`` and of their first caption (every caption with
+    ``all_captions``): ``xy`` (P, 2), ``modality`` (P,) 0 = image, 1 = caption, ``slot`` (P,) the element's index in
+    its set (0 for single vectors), ``owner`` (P,) the image each point belongs to. Elements are L2-normalised first
+    (the embeddings' cosine geometry)."""
     from sklearn.manifold import TSNE
 
-    first = {}
+    captions: dict[int, list[int]] = {}
     for j, i in enumerate(caption_image):
-        first.setdefault(int(i), j)
-    missing = [i for i in images if i not in first]
+        captions.setdefault(int(i), []).append(j)
+    missing = [i for i in images if i not in captions]
     if missing:
         raise XmrError(f"t-SNE: image {missing[0]} has no caption in the split")
+    cap_rows = [j for i in images for j in (captions[i] if all_captions else captions[i][:1])]
     parts, modality, slot, owner = [], [], [], []
-    for kind, emb, rows in ((0, image_emb, images), (1, text_emb, [first[i] for i in images])):
+    for kind, emb, rows in ((0, image_emb, images), (1, text_emb, cap_rows)):
         x = np.asarray(emb, dtype=np.float64)[rows]
         if x.ndim == 2:
             x = x[:, None, :]
@@ -64,7 +66,7 @@ def tsne_points(image_emb: np.ndarray, text_emb: np.ndarray, caption_image: list
         parts.append(x.reshape(n * k, -1))
         modality += [kind] * (n * k)
         slot += list(range(k)) * n
-        owner += [i for i in images for _ in range(k)]
+        owner += [int(caption_image[j]) if kind else j for j in rows for _ in range(k)]
     x = np.concatenate(parts)
     x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
     xy = TSNE(n_components=2, perplexity=min(perplexity, (len(x) - 1) / 3), init="pca", random_state=seed
@@ -73,9 +75,14 @@ def tsne_points(image_emb: np.ndarray, text_emb: np.ndarray, caption_image: list
 
 
 def tsne_figure(run_dirs: list[str | os.PathLike], out_png: str | os.PathLike, images: int = 100, seed: int = 0,
-                split: str | None = None, device: str = "cpu", machine: str | None = None) -> dict[str, Any]:
+                split: str | None = None, device: str = "cpu", machine: str | None = None,
+                all_captions: bool = False, element: int | None = None) -> dict[str, Any]:
     """One t-SNE panel per run (the same test images in each): o = image elements, ^ = caption elements; colour =
-    slot for set methods, modality for single vectors."""
+    slot for set methods, modality for single vectors. ``all_captions``: every caption of the images (CODER Fig. 3
+    shows 1,000 images and their 5,000 captions), else the first; ``element``: only that element of each set
+    (CODER's [instance, concept] pair: 0 = the instance embeddings)."""
+    from xmr.similarity.measures import select_set_elements
+
     plt = _plt()
     fig, axes = plt.subplots(1, len(run_dirs), figsize=(max(6.0, 4.6 * len(run_dirs)), 4.8), squeeze=False)
     info = {}
@@ -83,7 +90,10 @@ def tsne_figure(run_dirs: list[str | os.PathLike], out_png: str | os.PathLike, i
     for ax, run in zip(axes[0], run_dirs):
         g = _gallery(run, split, device)
         picks = pick_queries(len(g["image_emb"]), images, seed)
-        pts = tsne_points(g["image_emb"], g["text_emb"], g["caption_image"], picks, seed)
+        keep = None if element is None else [element]
+        img_emb = select_set_elements(g["image_emb"], keep, what="image")
+        txt_emb = select_set_elements(g["text_emb"], keep, what="caption")
+        pts = tsne_points(img_emb, txt_emb, g["caption_image"], picks, seed, all_captions=all_captions)
         sets = int(pts["slot"].max()) + 1 > 1
         for kind, marker, label in ((0, "o", "image"), (1, "^", "caption")):
             on = pts["modality"] == kind
@@ -98,7 +108,9 @@ def tsne_figure(run_dirs: list[str | os.PathLike], out_png: str | os.PathLike, i
         ax.set_xticks([])
         ax.set_yticks([])
         info[str(run)] = {"points": int(len(pts["xy"])), "images": len(picks), "slots": int(pts["slot"].max()) + 1}
-    fig.suptitle(f"t-SNE of the embedding space: {images} test images, one caption each", fontsize=10)
+    fig.suptitle(f"t-SNE of the embedding space: {images} test images, "
+                 + ("all their captions" if all_captions else "one caption each")
+                 + ("" if element is None else f", set element {element}"), fontsize=10)
     _footer(fig, machine)
     _save(fig, out_png)
     return info
