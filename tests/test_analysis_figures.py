@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from xmr.report.analysis_figures import disagreeing_queries
-from xmr.report.figures import nearest_captions
+from xmr.report.figures import nearest_captions, rank_scores
 
 from conftest import xmr_in_process
 
@@ -46,6 +46,12 @@ def test_nearest_caption_of_each_set_element_by_hand():
     assert nearest_captions(elements, single) == [1, 0]
     sets = np.array([[[0.0, -1.0], [0.1, 1.0]], [[1.0, 0.0], [0.0, -1.0]]])  # caption sets: the best element counts
     assert nearest_captions(elements, sets) == [1, 0]
+
+
+def test_dvse_fig10_region_scores_by_hand():
+    # R = 4 regions; ranks (1 = most similar) 2, 4, 1, 3 -> (R - r)² = 4, 0, 9, 1
+    sims = np.array([[0.5, -0.2, 0.9, 0.1], [0.0, 0.3, 0.2, 0.1]])
+    assert rank_scores(sims).tolist() == [[4.0, 0.0, 9.0, 1.0], [0.0, 9.0, 4.0, 1.0]]
 
 
 def test_dive_slot_maps_with_nearest_captions_and_region_ranking(fig_runs, tmp_path):
@@ -103,12 +109,21 @@ def test_two_runs_side_by_side_name_each_runs_rank_of_the_ground_truth(fig_runs,
     r = xmr_in_process("figure", "compare", "--run", *runs, "--sims", *sims, "--queries", "2",
                        "--out", tmp_path / "compare.png")
     assert r.returncode == 0, r.stderr
-    caps = eval(r.stdout.split("captions ")[1].split(", ground-truth")[0])  # noqa: S307 (a printed list)
+    caps = eval(r.stdout.split("query captions ")[1].split(", ground-truth")[0])  # noqa: S307 (a printed list)
     ranks = eval(r.stdout.split("(A, B) ")[1])  # noqa: S307
     cfg = load_saved_config(runs[0])
-    owner = load_split(cfg["dataset_cfg"], "test").caption_image
+    owner = np.asarray(load_split(cfg["dataset_cfg"], "test").caption_image)
     for j, pair in zip(caps, ranks):  # rank of the ground truth = 1 + images scored strictly higher (no ties here)
         want = [1 + int((np.load(s)[:, j] > np.load(s)[owner[j], j]).sum()) for s in sims]
+        assert pair == want
+    # image to text (DVSE Fig. 12): rank of the image's best-scored own caption
+    r = xmr_in_process("figure", "compare", "--run", *runs, "--sims", *sims, "--direction", "i2t", "--queries", "2",
+                       "--top-k", "5", "--out", tmp_path / "compare_i2t.png")
+    assert r.returncode == 0, r.stderr
+    images = eval(r.stdout.split("query images ")[1].split(", ground-truth")[0])  # noqa: S307
+    ranks = eval(r.stdout.split("(A, B) ")[1])  # noqa: S307
+    for i, pair in zip(images, ranks):
+        want = [1 + int((np.load(s)[i] > np.load(s)[i][owner == i].max()).sum()) for s in sims]
         assert pair == want
     r = xmr_in_process("figure", "compare", "--run", *runs, "--sims", sims[0], tmp_path / "nope.npy",
                        "--out", tmp_path / "x.png")

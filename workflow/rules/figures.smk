@@ -5,7 +5,8 @@
 #   snakemake -c2 reports/synth/figures/exp/dive_figures/small/tsne.png       # DivE Fig. A1, CODER Fig. 3
 #   snakemake -c2 reports/synth/figures/exp/dive_figures/small/slots.png      # DivE Figs. 4, A2, A3
 #   snakemake -c2 reports/synth/figures/dvse_demo/regions.png                 # DVSE Fig. 10
-#   snakemake -c2 reports/synth/figures/dvse_demo+exp/dive_figures/small/compare.png   # DVSE Figs. 11-12
+#   snakemake -c2 reports/synth/figures/dvse_demo+exp/dive_figures/small/compare_t2i.png   # DVSE Fig. 11
+#   snakemake -c2 reports/synth/figures/dvse_demo+exp/dive_figures/small/compare_i2t.png   # DVSE Fig. 12
 #   snakemake -c2 reports/synth/figures/exp/vse_2ad_adopt/adopt/curves_train_k.png     # VSE+2AD Fig. C-2
 
 
@@ -55,21 +56,26 @@ rule figure_maps:
 
 
 rule figure_compare:
+    # t2i: DVSE Fig. 11's top 4 images per caption; i2t: Fig. 12's top 5 captions per image
     input:
         lambda wc: [f"{r}/test_sims.npy" for r in runs_of(wc)],
     output:
-        "reports/{dataset}/figures/{runs}/compare.png",
+        "reports/{dataset}/figures/{runs}/compare_{direction}.png",
+    wildcard_constraints:
+        direction="t2i|i2t",
     params:
         runs=lambda wc: " ".join(runs_of(wc)),
         sims=lambda wc: " ".join(f"{r}/test_sims.npy" for r in runs_of(wc)),
+        top_k=lambda wc: {"t2i": 4, "i2t": 5}[wc.direction],
     log:
-        "logs/figures/{dataset}_compare_{runs}.log",
+        "logs/figures/{dataset}_compare_{direction}_{runs}.log",
     resources:
         mem_mb=res("light", "mem_mb"),
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} figure compare --run {params.runs} --sims {params.sims} --out {output} > {log} 2>&1"
+        "{XMR} figure compare --run {params.runs} --sims {params.sims} --direction {wildcards.direction}"
+        " --top-k {params.top_k} --out {output} > {log} 2>&1"
 
 
 rule figure_curves:

@@ -35,13 +35,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--images", type=int, default=2, help="test images (default 2)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--split", default=None)
-    c = sub.add_parser("compare", parents=[common], help="two runs' text-to-image retrievals side by side (DVSE "
-                                                         "Figs. 11-12, CODER Fig. 4)")
+    c = sub.add_parser("compare", parents=[common], help="two runs' retrievals side by side (DVSE Figs. 11-12, "
+                                                         "CODER Fig. 4)")
     c.add_argument("--run", nargs=2, required=True, metavar=("A", "B"), help="the two run directories")
     c.add_argument("--sims", nargs=2, required=True, metavar=("A.npy", "B.npy"),
                    help="their similarity matrices of the split (xmr score)")
-    c.add_argument("--queries", type=int, default=3, help="query captions, those the runs answer differently first")
-    c.add_argument("--top-k", type=int, default=4)
+    c.add_argument("--direction", default="t2i", choices=["t2i", "i2t"],
+                   help="t2i: caption queries, images shown (DVSE Fig. 11); i2t: image queries, captions (Fig. 12)")
+    c.add_argument("--queries", type=int, default=3, help="queries, those the runs answer differently first")
+    c.add_argument("--top-k", type=int, default=4, help="answers shown per run (DVSE: 4 images, 5 captions)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--split", default=None)
     h = sub.add_parser("curves", parents=[common], help="a history.csv column per epoch, one line per run "
@@ -75,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
         from xmr.report.analysis_figures import compare_figure
 
         info = compare_figure(args.run[0], args.sims[0], args.run[1], args.sims[1], args.out, args.queries,
-                              args.top_k, args.seed, args.split, machine=args.machine)
-        print(f"wrote {args.out}: captions {info['captions']}, ground-truth ranks (A, B) {info['gt_ranks']}")
+                              args.top_k, args.seed, args.split, machine=args.machine, direction=args.direction)
+        what = "captions" if args.direction == "t2i" else "images"
+        print(f"wrote {args.out}: query {what} {info['queries']}, ground-truth ranks (A, B) {info['gt_ranks']}")
     else:
         from xmr.report.analysis_figures import curves_figure
 

@@ -3,8 +3,8 @@
 - ``tsne_figure``: t-SNE of a run's image and caption embeddings, every set element a point, coloured by its slot
   and shaped by its modality (DivE Fig. A1; CODER Fig. 3 for single-vector runs: coloured by modality). One panel
   per run, so runs trained differently sit side by side.
-- ``compare_figure``: the same queries answered by two runs, side by side (DVSE Figs. 11-12, DVSE against PVSE;
-  CODER Fig. 4), preferring queries where the two runs' first answers differ.
+- ``compare_figure``: the same queries answered by two runs, side by side, text to image (DVSE Fig. 11) or image to
+  text (DVSE Fig. 12; CODER Fig. 4 shows both), preferring queries where the two runs' first answers differ.
 - ``curves_figure``: any column of ``history.csv`` per epoch, one line per run: VSE+2AD Fig. C-2 (ADOPT's K over
   training, column ``train_k``) and Fig. A.2-1 (validation RSUM with and without ADOPT, column ``val_rsum``).
 
@@ -128,14 +128,22 @@ def disagreeing_queries(sims_a: np.ndarray, sims_b: np.ndarray, k: int, seed: in
     return sorted(int(i) for i in picked)
 
 
+DIRECTIONS = ("t2i", "i2t")
+
+
 def compare_figure(run_a: str | os.PathLike, sims_a: str | os.PathLike, run_b: str | os.PathLike,
                    sims_b: str | os.PathLike, out_png: str | os.PathLike, queries: int = 3, top_k: int = 4,
-                   seed: int = 0, split: str | None = None, machine: str | None = None) -> dict[str, Any]:
-    """Text-to-image queries answered by two runs of the same split: per query caption, run A's top-``k`` images
-    then run B's (the ground truth framed green), plus each run's rank of the ground truth."""
+                   seed: int = 0, split: str | None = None, machine: str | None = None,
+                   direction: str = "t2i") -> dict[str, Any]:
+    """Queries answered by two runs of the same split, side by side. ``t2i`` (DVSE Fig. 11: top 4): per query
+    caption, run A's top-``k`` images then run B's, the ground truth framed green. ``i2t`` (DVSE Fig. 12: top 5): per
+    query image, each run's top-``k`` captions, the image's own marked ✓. Each run's rank of its first ground truth
+    beside its name."""
     from xmr.data import load_split
     from xmr.run.config import load_saved_config
 
+    if direction not in DIRECTIONS:
+        raise XmrError(f"direction {direction!r}: choose one of {', '.join(DIRECTIONS)}")
     cfg_a, cfg_b = load_saved_config(run_a), load_saved_config(run_b)
     if cfg_a["dataset"] != cfg_b["dataset"]:
         raise XmrError(f"{run_a} is a {cfg_a['dataset']} run, {run_b} a {cfg_b['dataset']} run: compare runs of one "
@@ -151,35 +159,62 @@ def compare_figure(run_a: str | os.PathLike, sims_a: str | os.PathLike, run_b: s
         mats.append(m)
     if not data.image_paths or not all(Path(p).exists() for p in data.image_paths[:1]):
         raise XmrError(f"images of {cfg_a['dataset']} {data.split} are not on disk")
-    caps = disagreeing_queries(mats[0].T, mats[1].T, queries, seed)
     cap_img = np.asarray(data.caption_image)
-    k = min(top_k, data.num_images)
+    names = [cfg_a["name"], cfg_b["name"]]
     plt = _plt()
-    fig, axes = plt.subplots(len(caps), 2 * k, figsize=(1.7 * 2 * k + 1.8, 2.2 * len(caps) + 0.5), squeeze=False)
+    if direction == "t2i":
+        picks = disagreeing_queries(mats[0].T, mats[1].T, queries, seed)
+        k = min(top_k, data.num_images)
+        fig, axes = plt.subplots(len(picks), 2 * k, figsize=(1.7 * 2 * k + 1.8, 2.2 * len(picks) + 0.5),
+                                 squeeze=False)
+    else:
+        picks = disagreeing_queries(mats[0], mats[1], queries, seed)
+        k = min(top_k, data.num_captions)
+        fig, axes = plt.subplots(len(picks), 3, figsize=(15, 2.3 * len(picks) + 0.5), squeeze=False,
+                                 gridspec_kw={"width_ratios": [1, 3, 3]})
     ranks = []
-    for row, j in zip(axes, caps):
-        gt = int(cap_img[j])
+    for row, q in zip(axes, picks):
         rank_pair = []
         for side, m in enumerate(mats):
-            order = rank_order(m[:, j])
-            rank_pair.append(int(np.nonzero(order == gt)[0][0]) + 1)
-            for c, i in enumerate(order[:k]):
-                ax = row[side * k + c]
-                ax.imshow(_load_image(data.image_paths[i]))
-                ax.set_xticks([])
-                ax.set_yticks([])
-                _frame(ax, "green" if int(i) == gt else "lightgrey", 4 if int(i) == gt else 1)
-                if c == 0:
-                    name = (cfg_a if side == 0 else cfg_b)["name"]
-                    ax.set_title(f"{name}: GT at #{rank_pair[-1]}", fontsize=7.5, loc="left")
+            if direction == "t2i":
+                order = rank_order(m[:, q])
+                hits = order == int(cap_img[q])
+            else:
+                order = rank_order(m[q])
+                hits = cap_img[order] == q
+            rank_pair.append(int(np.argmax(hits)) + 1)
+            label = f"{names[side]}: GT at #{rank_pair[-1]}"
+            if direction == "t2i":
+                for c, i in enumerate(order[:k]):
+                    ax = row[side * k + c]
+                    ax.imshow(_load_image(data.image_paths[i]))
+                    ax.set_xticks([])
+                    ax.set_yticks([])
+                    _frame(ax, "green" if hits[c] else "lightgrey", 4 if hits[c] else 1)
+                    if c == 0:
+                        ax.set_title(label, fontsize=7.5, loc="left")
+            else:
+                ax = row[1 + side]
+                ax.axis("off")
+                ax.set_title(label, fontsize=8, loc="left")
+                for c, j in enumerate(order[:k]):
+                    ax.text(0.0, 1.0 - (c + 0.5) / k, f"#{c + 1} {'✓' if hits[c] else '✗'} "
+                            + textwrap.shorten(data.captions[j], 60), fontsize=7.5, va="center",
+                            color="green" if hits[c] else "black", transform=ax.transAxes)
         ranks.append(rank_pair)
-        row[0].set_ylabel("\n".join(textwrap.wrap(f"“{data.captions[j]}”", 24)), fontsize=7, rotation=0,
-                          ha="right", va="center", labelpad=6)
-    fig.suptitle(f"text → image, top-{k}: {cfg_a['name']} (left) and {cfg_b['name']} (right), "
-                 f"{cfg_a['dataset']} {data.split}", fontsize=10)
+        if direction == "t2i":
+            row[0].set_ylabel("\n".join(textwrap.wrap(f"“{data.captions[q]}”", 24)), fontsize=7, rotation=0,
+                              ha="right", va="center", labelpad=6)
+        else:
+            row[0].imshow(_load_image(data.image_paths[q]))
+            row[0].set_xticks([])
+            row[0].set_yticks([])
+    arrow = "text → image" if direction == "t2i" else "image → text"
+    fig.suptitle(f"{arrow}, top-{k}: {names[0]} (left) and {names[1]} (right), {cfg_a['dataset']} {data.split}",
+                 fontsize=10)
     _footer(fig, machine)
     _save(fig, out_png)
-    return {"captions": caps, "gt_ranks": ranks}
+    return {"queries": picks, "gt_ranks": ranks}
 
 
 # -- curves over training ---------------------------------------------------------------------------------------
@@ -217,4 +252,4 @@ def curves_figure(run_dirs: list[str | os.PathLike], column: str, out_png: str |
     return series
 
 
-__all__ = ["compare_figure", "curves_figure", "disagreeing_queries", "tsne_figure", "tsne_points"]
+__all__ = ["DIRECTIONS", "compare_figure", "curves_figure", "disagreeing_queries", "tsne_figure", "tsne_points"]

@@ -310,6 +310,16 @@ def region_similarity(model, feats, num_regions) -> np.ndarray:
     return sims.cpu().numpy()
 
 
+def rank_scores(similarity: np.ndarray) -> np.ndarray:
+    """DVSE Fig. 10's region scores: each region's rank r (1 = most similar) among the R regions of a row of
+    ``similarity`` (K, R) turned into a = (R - r)², the paper's ρ·(R - r_i)² without ρ (a common scale, gone once
+    a map is normalised by its maximum)."""
+    order = np.argsort(-similarity, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(1, similarity.shape[1] + 1)[None].repeat(len(similarity), 0), axis=1)
+    return (similarity.shape[1] - ranks).astype(np.float64) ** 2
+
+
 def nearest_captions(element: np.ndarray, text_emb: np.ndarray) -> list[int]:
     """For each image set element (K, D), the caption whose embedding (M, D) or set (M, L, D) holds the most
     similar vector (highest cosine)."""
@@ -329,7 +339,8 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
                      with_captions: bool = False, machine: str | None = None) -> dict[str, Any]:
     """Maps of each image sub-embedding over test images from a trained set-based run. ``weights``:
     ``attention`` (the heads' attention weights: PVSE/DVSE's PIE-Net, DivE's slot attention, DivE Fig. 4) or
-    ``similarity`` (each region's cosine with the sub-embedding, the top three regions named: DVSE Fig. 10).
+    ``similarity`` (DVSE Fig. 10: regions ranked by their cosine with the sub-embedding, scored (R - r)², the top
+    three named).
     ``with_captions``: under each map, the test caption nearest to that set element (DivE Fig. 4, A2, A3).
     ``machine`` names the machine in the footer (default: the CPU's name)."""
     import torch
@@ -377,9 +388,9 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
         maps = attn[0][:, :n]
         item = {"image_path": path, "mask": None if mask is None else mask[0]}
         if weights == "similarity":
-            top = np.argsort(-maps, axis=1, kind="stable")[:, :3]
-            item["labels"] = [f"k={j + 1}: top {', '.join(str(r + 1) for r in t)}" for j, t in enumerate(top)]
-            maps = maps - maps.min(axis=1, keepdims=True)  # the map shows the ranking: lowest cosine 0
+            order = np.argsort(-maps, axis=1, kind="stable")
+            item["labels"] = [f"k={j + 1}: top {', '.join(str(r + 1) for r in t[:3])}" for j, t in enumerate(order)]
+            maps = rank_scores(maps)
         item["maps"] = [attention_to_pixels(a, size, b) for a in maps]
         if gallery is not None:
             near = nearest_captions(np.asarray(gallery["image_emb"][i]), gallery["text_emb"])
@@ -396,4 +407,4 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
 
 __all__ = ["plot_training_curves", "retrieval_examples", "plot_text_to_image",
            "plot_image_to_text", "image_attention", "attention_to_pixels", "plot_attention_maps", "attention_figure",
-           "rank_order", "pick_queries", "produced_on", "region_similarity", "nearest_captions", "MAP_KINDS"]
+           "rank_order", "pick_queries", "produced_on", "region_similarity", "rank_scores", "nearest_captions", "MAP_KINDS"]
