@@ -78,6 +78,15 @@ def test_dive_slot_maps_with_nearest_captions_and_region_ranking(fig_runs, tmp_p
     assert "similarity of 2 sub-embeddings" in r.stdout and (tmp_path / "regions.png").read_bytes()[:8] == PNG
 
 
+def test_maps_of_a_single_vector_run_fail_in_one_line(fig_runs, tmp_path):
+    for weights, message in (("attention", "exposes no per-sub-embedding attention"),
+                             ("similarity", "image sub-embeddings to compare them with")):
+        r = xmr_in_process("figure", "maps", "--run", fig_runs["vse_2ad"], "--weights", weights,
+                           "--out", tmp_path / "m.png")
+        assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "m.png").exists()
+
+
 def test_tsne_has_every_set_element_of_both_modalities(fig_runs, tmp_path):
     r = xmr_in_process("figure", "tsne", "--run", fig_runs["dive"], fig_runs["vse_2ad"], "--images", "6",
                        "--out", tmp_path / "tsne.png")
