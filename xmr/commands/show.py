@@ -81,19 +81,30 @@ def runs_below(path: str) -> list[str]:
     return [str(d) for d in sorted(found) if _is_run(str(d))]
 
 
+def _set_statistics(args, table) -> None:
+    """``--set-statistics``: one row per results file (DVSE Fig. 6's correlation, DivE's circular variance)."""
+    from xmr.core.io import atomic_path
+    from xmr.report.tables import SET_COLUMNS, set_statistics_rows
+
+    text = table(set_statistics_rows(expand_folders(args.results)), SET_COLUMNS)
+    print(text, end="")
+    if args.out:
+        with atomic_path(args.out, ".tmp") as tmp:
+            tmp.write_text(text)
+
+
 def run(args):
-    from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, SET_COLUMNS, csv_table, markdown_table, result_rows,
-                                   run_history, run_row, set_statistics_rows)
+    from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
+                                   run_row)
 
     table = csv_table if args.csv else markdown_table
+    if args.set_statistics:
+        return _set_statistics(args, table)
     runs = [p for p in args.results if _is_run(p)]
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}
     results = [p for p in args.results if p not in runs and p not in folders]
-    if args.set_statistics:
-        parts = [table(set_statistics_rows(expand_folders(results)), SET_COLUMNS)] if results else []
-    else:
-        parts = [table(result_rows(expand_folders(results)))] if results else []
+    parts = [table(result_rows(expand_folders(results)))] if results else []
     for r in runs:
         line, rows = run_history(r)
         parts.append(f"{line}\n\n{table(rows, HISTORY_COLUMNS)}")

@@ -491,13 +491,13 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
                            f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
                            f"optim.grad_clip") from None
         loss = terms["loss"].detach()
+        for name, value in terms.items():
+            if name != "loss" and torch.is_tensor(value) and value.numel() == 1:
+                term_sums[name] = term_sums.get(name, 0) + value.detach().to(device=device, dtype=loss_sum.dtype)
         state.step += 1
         seen += len(batch["image_index"]) * ctx.world_size
         loss_sum += loss
         nb += 1
-        for name, value in terms.items():
-            if name != "loss" and torch.is_tensor(value) and value.numel() == 1:
-                term_sums[name] = term_sums.get(name, 0) + value.detach().to(device=device, dtype=loss_sum.dtype)
         if sync_every > 1:
             nonfinite |= ~torch.isfinite(loss)
             if (it + 1) % sync_every == 0:
