@@ -2,7 +2,8 @@
 # reports/{dataset}/figures/{runs}/{kind}.png, {runs} a run key below runs/{dataset}/ (a recipe, or
 # exp/EXPERIMENT/VARIANT), two or more joined by "+".
 #
-#   snakemake -c2 reports/synth/figures/exp/dive_figures/small/tsne.png       # DivE Fig. A1, CODER Fig. 3
+#   snakemake -c2 reports/synth/figures/exp/dive_figures/small/tsne.png       # DivE Fig. A1
+#   snakemake -c2 reports/f30k/figures/coder/tsne_instance.png               # CODER Fig. 3
 #   snakemake -c2 reports/synth/figures/exp/dive_figures/small/slots.png      # DivE Figs. 4, A2, A3
 #   snakemake -c2 reports/synth/figures/dvse_demo/regions.png                 # DVSE Fig. 10
 #   snakemake -c2 reports/synth/figures/dvse_demo+exp/dive_figures/small/compare_t2i.png   # DVSE Fig. 11
@@ -18,21 +19,29 @@ def runs_of(wc):
     return [f"runs/{wc.dataset}/{r}" for r in wc.runs.split("+")]
 
 
+# tsne: 100 test images and one caption each, every set element (DivE Fig. A1); tsne_instance: 1,000 images, all
+# their captions, each set's first element (CODER Fig. 3: its instance embeddings, F30K's 1,000 x 5,000)
+TSNE_OPTIONS = {"tsne": "", "tsne_instance": "--images 1000 --all-captions --element 0"}
+
+
 rule figure_tsne:
     input:
         lambda wc: [f"{r}/best.pt" for r in runs_of(wc)],
     output:
-        "reports/{dataset}/figures/{runs}/tsne.png",
+        "reports/{dataset}/figures/{runs}/{tsne}.png",
+    wildcard_constraints:
+        tsne="tsne|tsne_instance",
     params:
         runs=lambda wc: " ".join(runs_of(wc)),
+        options=lambda wc: TSNE_OPTIONS[wc.tsne],
     log:
-        "logs/figures/{dataset}_tsne_{runs}.log",
+        "logs/figures/{dataset}_{tsne}_{runs}.log",
     resources:
         mem_mb=res("light", "mem_mb"),
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} figure tsne --run {params.runs} --out {output} > {log} 2>&1"
+        "{XMR} figure tsne --run {params.runs} {params.options} --out {output} > {log} 2>&1"
 
 
 rule figure_maps:
