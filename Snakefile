@@ -10,6 +10,7 @@ include: "workflow/rules/ensembles.smk"
 include: "workflow/rules/experiments.smk"
 include: "workflow/rules/benchmark.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/figures.smk"
 include: "workflow/rules/zoo.smk"
 
 

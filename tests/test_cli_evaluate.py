@@ -246,3 +246,34 @@ def test_compute_similarity_numpy_in_numpy_out():
     assert isinstance(compute_similarity(imgs, caps, "max", device="cpu"), np.ndarray)
     t = compute_similarity(torch.from_numpy(imgs), caps, "max")
     assert isinstance(t, torch.Tensor)  # a tensor in: a tensor out
+
+
+def test_similarity_with_set_elements_left_out_by_hand(tmp_path, capsys):
+    """DivE Table 5's ablated evaluation: `xmr similarity --image-elements / --drop-image-elements` (and the caption
+    side) score with only some elements of each set; max over unit vectors worked out by hand."""
+    np.save(tmp_path / "I.npy", np.array([[[1.0, 0.0], [0.0, 1.0]]], dtype=np.float32))  # 1 image, K = 2
+    np.save(tmp_path / "C.npy", np.array([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32))  # 2 single captions
+    base = ["similarity", "--images", str(tmp_path / "I.npy"), "--captions", str(tmp_path / "C.npy"),
+            "--measure", "max", "--out", str(tmp_path / "S.npy")]
+
+    def sims(*extra: str) -> list[float]:
+        assert main([*base, *extra]) == 0
+        return np.load(tmp_path / "S.npy")[0].tolist()
+
+    assert sims() == pytest.approx([1.0, 0.8])  # max(1, 0), max(0.6, 0.8)
+    assert sims("--image-elements", "0") == pytest.approx([1.0, 0.6])  # only S^V(1) = (1, 0)
+    assert sims("--drop-image-elements", "0") == pytest.approx([0.0, 0.8])  # only (0, 1) left
+    # caption sets: one image (0.6, 0.8) against a caption set {(1, 0), (0, 1)}
+    np.save(tmp_path / "I.npy", np.array([[0.6, 0.8]], dtype=np.float32))
+    np.save(tmp_path / "C.npy", np.array([[[1.0, 0.0], [0.0, 1.0]]], dtype=np.float32))
+    assert sims() == pytest.approx([0.8])
+    assert sims("--caption-elements", "0") == pytest.approx([0.6])
+    assert sims("--drop-caption-elements", "1") == pytest.approx([0.6])
+    capsys.readouterr()
+    # an index past the set, every element dropped, or single vectors: one line naming the fix, exit 2
+    assert main([*base, "--caption-elements", "2"]) == 2
+    assert "caption elements [2]: give distinct 0-based indices of the 2 set elements (0 to 1)" in capsys.readouterr().err
+    assert main([*base, "--drop-caption-elements", "0", "1"]) == 2
+    assert "leaves nothing to score; keep at least one" in capsys.readouterr().err
+    assert main([*base, "--image-elements", "0"]) == 2
+    assert "image embeddings are single vectors (1, 2), not sets" in capsys.readouterr().err

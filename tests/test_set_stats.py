@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmr.evaluation.set_stats import correlation_matrix, mean_off_diagonal, set_statistics, slot_usage
+from xmr.evaluation.set_stats import circular_variance, correlation_matrix, mean_off_diagonal, set_statistics, slot_usage
 from xmr.settings.run_settings import run_settings
 
 
@@ -25,6 +25,21 @@ def test_correlation_matrix_by_hand():
     assert mean_off_diagonal(correlation_matrix(y, "pearson")) == pytest.approx(-1.0)
     assert mean_off_diagonal(correlation_matrix(y, "pearson", absolute=True)) == pytest.approx(1.0)
     assert math.isnan(mean_off_diagonal(np.ones((1, 1))))  # K = 1: no pair
+
+
+def test_circular_variance_by_hand():
+    """DivE §4.6: 1 - ||mean of the set's unit vectors||, averaged over sets; norms do not matter."""
+    axes = torch.tensor([[[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 0.5]]])  # 3 orthogonal: mean (1/3, 1/3, 1/3)
+    assert circular_variance(axes) == pytest.approx(1 - 1 / math.sqrt(3))  # 0.4226
+    line = torch.tensor([[[1.0, 0.0, 0.0], [4.0, 0.0, 0.0], [-1.0, 0.0, 0.0]]])  # mean (1/3, 0, 0)
+    assert circular_variance(line) == pytest.approx(2 / 3)
+    assert circular_variance(torch.cat([axes, line])) == pytest.approx((1 - 1 / math.sqrt(3) + 2 / 3) / 2)
+    collapsed = torch.tensor([[[1.0, 1.0], [2.0, 2.0]]])
+    assert circular_variance(collapsed) == pytest.approx(0.0, abs=1e-12)
+    s = set_statistics(axes)
+    assert s["circular_variance"] == pytest.approx(1 - 1 / math.sqrt(3))
+    assert s["log_circular_variance"] == pytest.approx(math.log(1 - 1 / math.sqrt(3)))  # DivE's log(Var.)
+    assert set_statistics(collapsed)["log_circular_variance"] is None  # log 0: none (JSON has no -inf)
 
 
 def test_slot_usage_by_hand():
@@ -86,6 +101,21 @@ def test_dvse_results_file_has_set_statistics(tiny_synth, tmp_path):
         g = model.image_pool(model.image_proj(feats_), nr)
         out = {**model.image_pie(g, feats_, nr, model.dynamic_mask(feats_, nr)), "global": g}
     assert got["k"] == 3 and got["split"] == "test"
+    # DivE's circular variance by loops: 1 - ||mean of the 3 unit sub-embeddings||, averaged over images
+    e = torch.nn.functional.normalize(img.double(), dim=-1)
+    want_cv = np.mean([1 - float(sum(e[i, a] for a in range(3)).norm() / 3) for i in range(len(e))])
+    assert got["circular_variance"] == pytest.approx(want_cv, abs=1e-9)
+    assert got["log_circular_variance"] == pytest.approx(math.log(want_cv))
+    shown = run_xmr("show", tmp_path / "r.json", "--set-statistics", check=True).stdout.splitlines()
+    assert shown[0] == "| target | K | set corr. | circ. var. | log circ. var. | caption circ. var. | residual circ. var. |"
+    assert shown[2].startswith(f"| dvse_sets | 3 | {got['correlation']:.3f} | {want_cv:.3f} | {math.log(want_cv):.2f} | — |")
+    # DivE Table 5's ablated evaluation through the same command: sub-embedding 1 left out of the similarity
+    run_xmr("score", "--run", run, "--out", tmp_path / "s02.npy", "--drop-image-elements", "1", "--no-progress",
+            check=True)
+    with torch.no_grad():
+        want_sims = model.similarity_matrix(img[:, [0, 2]], cap).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "s02.npy"), want_sims, atol=1e-6)
+    assert not np.allclose(want_sims, np.load(tmp_path / "s.npy"), atol=1e-4)
     # by loops: each image's 3 x 3 cosines, off-diagonal mean, averaged over images
     e = torch.nn.functional.normalize(img.double(), dim=-1)
     want = np.mean([[float(e[i, a] @ e[i, c]) for a in range(3) for c in range(3) if a != c]

@@ -9,6 +9,9 @@ def add_arguments(p):
     p.add_argument("--out", required=True, help="output .npy")
     p.add_argument("--device", default="auto")
     p.add_argument("--no-progress", action="store_true")
+    from xmr.commands.similarity import add_element_arguments
+
+    add_element_arguments(p)
 
 
 def run(args):
@@ -18,9 +21,11 @@ def run(args):
     from xmr.run.config import load_saved_config
 
     load_saved_config(args.run)  # a missing or unreadable run directory fails in one line, before torch loads
+    from xmr.commands.similarity import kept_elements
     from xmr.inference.model import score_split
 
-    sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress)
+    sims, info = score_split(args.run, args.split, args.device, progress=not args.no_progress,
+                             select_elements=lambda img, cap: kept_elements(args, img, cap))
     with atomic_path(args.out, ".npy") as tmp:
         with open(tmp, "wb") as f:
             np.save(f, sims)

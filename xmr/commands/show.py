@@ -14,6 +14,9 @@ def add_arguments(p):
                    "(runs/{dataset}/{recipe}/, or their train.json: how training went, epoch by epoch), or folders "
                    "of runs (runs/synth/, runs/: one row per run)")
     p.add_argument("--csv", action="store_true", help="CSV instead of Markdown")
+    p.add_argument("--set-statistics", action="store_true",
+                   help="the results files' set statistics instead of their metrics: K, the sub-embeddings' mean "
+                        "cosine (DVSE Fig. 6) and circular variance (DivE Table 3 right), of images, captions, residuals")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
     p.add_argument("--expect", metavar="FILE#SECTION",
                    help="compare each row's RSUM with the table of a generated section of FILE (README.md#demo-synth, "
@@ -82,11 +85,25 @@ def runs_below(path: str) -> list[str]:
     return [str(d) for d in sorted(found) if _is_run(str(d))]
 
 
+def _set_statistics(args, table) -> None:
+    """``--set-statistics``: one row per results file (DVSE Fig. 6's correlation, DivE's circular variance)."""
+    from xmr.core.io import atomic_path
+    from xmr.report.tables import SET_COLUMNS, set_statistics_rows
+
+    text = table(set_statistics_rows(expand_folders(args.results)), SET_COLUMNS)
+    print(text, end="")
+    if args.out:
+        with atomic_path(args.out, ".tmp") as tmp:
+            tmp.write_text(text)
+
+
 def run(args):
     from xmr.report.tables import (HISTORY_COLUMNS, RUNS_COLUMNS, csv_table, markdown_table, result_rows, run_history,
                                    run_row, saturation_notes)
 
     table = csv_table if args.csv else markdown_table
+    if args.set_statistics:
+        return _set_statistics(args, table)
     runs = [p for p in args.results if _is_run(p)]
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}

@@ -25,6 +25,26 @@ def add_embedding_arguments(p: argparse.ArgumentParser, required: bool) -> None:
                    help="(log_)match_prob scale a (PCME negative_scale; default 5)")
     p.add_argument("--mp-b", type=float, default=5.0, help="(log_)match_prob shift b (PCME shift; default 5)")
     p.add_argument("--chunk-size", type=int, default=None, help="images per block (default: from a memory budget)")
+    add_element_arguments(p)
+
+
+def add_element_arguments(p: argparse.ArgumentParser) -> None:
+    """DivE Table 5's ablated evaluation: score with some elements of each image / caption set left out (shared by
+    ``xmr similarity``, ``xmr evaluate --images`` and ``xmr score``)."""
+    for side in ("image", "caption"):
+        g = p.add_mutually_exclusive_group()
+        g.add_argument(f"--{side}-elements", type=int, nargs="+", metavar="I",
+                       help=f"keep only these 0-based elements of each {side} set (the paper's S(i) is i-1)")
+        g.add_argument(f"--drop-{side}-elements", type=int, nargs="+", metavar="I",
+                       help=f"leave these 0-based elements of each {side} set out of the similarity")
+
+
+def kept_elements(args: argparse.Namespace, images, captions) -> tuple:
+    """``images`` and ``captions`` with the set elements the element options leave out removed."""
+    from xmr.similarity.measures import select_set_elements
+
+    return (select_set_elements(images, args.image_elements, args.drop_image_elements, "image"),
+            select_set_elements(captions, args.caption_elements, args.drop_caption_elements, "caption"))
 
 
 def similarity_of_files(args: argparse.Namespace):
@@ -34,6 +54,7 @@ def similarity_of_files(args: argparse.Namespace):
 
     images = load_array(args.images, "image embeddings", mmap=True)
     captions = load_array(args.captions, "caption embeddings", mmap=True)
+    images, captions = kept_elements(args, images, captions)
     params = {"a": args.mp_a, "b": args.mp_b} if args.measure in MATCH_MEASURES else {}
     return compute_similarity(images, captions, measure=args.measure, alpha=args.alpha, chunk_size=args.chunk_size,
                               device=args.device, **params)

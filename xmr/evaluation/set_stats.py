@@ -6,7 +6,10 @@
 - ``slot_usage(image_sets, text, caption_image)``: over the positive (image, caption) pairs, how often each slot k
   gives the highest cosine with the caption (the slot a max-over-slots score uses; the first of tied slots), and the entropy of that
   distribution (bits; normalised by log2 K: 1 = every slot equally used, 0 = one slot wins every pair).
-- ``set_statistics(...)``: both, for the final sub-embeddings and for the residuals (DVSE/PVSE's v̂, DivE's slots),
+- ``circular_variance(x)``: DivE §4.6 (Table 3 right): for each set S of unit vectors, 1 − ‖(1/|S|) Σ_{x∈S} x‖₂
+  (0 when every element points the same way: a collapsed set; 1 when they cancel out), averaged over the sets.
+  DivE reports its natural log, log(Var.).
+- ``set_statistics(...)``: all of them, for the final sub-embeddings and for the residuals (DVSE/PVSE's v̂, DivE's slots),
   plus, for DVSE, the mean norms of h_V(z) and v̂^k before the LayerNorm.
 
 ``xmr score`` computes them for every set method's scored split (``xmr.inference.model.compute_set_statistics``), stores
@@ -29,6 +32,7 @@ MEASURES = ("cosine", "pearson")
 #: (PCME's match probability averages over samples, so which sample "wins" is noise)
 SLOT_MEASURES = ("max", "mean", "chamfer", "smooth_chamfer")
 TIE_TOLERANCE = 1e-9  # cosines closer than this count as tied
+COLLAPSED = 1e-12  # a circular variance this small is 0 up to float64 rounding (every element the same direction)
 
 
 def correlation_sums(x: torch.Tensor, measure: str = "cosine", absolute: bool = False) -> torch.Tensor:
@@ -59,6 +63,19 @@ def mean_off_diagonal(matrix: np.ndarray) -> float:
     return float(off.mean()) if off.size else float("nan")
 
 
+def circular_variance(x: torch.Tensor) -> float:
+    """DivE's circular variance of sets ``x`` (N, K, D): 1 − ‖mean of the K unit vectors‖₂ per set, averaged over
+    the N sets (elements are L2-normalised first; a K = 1 set has 0)."""
+    if x.ndim != 3 or not x.shape[0]:
+        raise XmrError(f"circular_variance needs sets (N >= 1, K, D), got shape {tuple(x.shape)}")
+    unit = torch.nn.functional.normalize(x.double(), dim=-1)
+    return float((1 - unit.mean(dim=1).norm(dim=-1)).mean())
+
+
+def _log(v: float) -> float | None:
+    return math.log(v) if v > COLLAPSED else None  # a collapsed set (0 up to rounding): no log; JSON has no -inf
+
+
 def slot_usage(image_sets: torch.Tensor, text: torch.Tensor, caption_image: list[int] | np.ndarray | torch.Tensor
                ) -> dict[str, Any]:
     """Which image slot gives the highest cosine with each positive caption.
@@ -87,22 +104,31 @@ def set_statistics(embeddings: torch.Tensor, text: torch.Tensor | None = None,
                    caption_image: list[int] | np.ndarray | None = None, residuals: torch.Tensor | None = None,
                    global_norm: float | None = None, residual_norm: float | None = None) -> dict[str, Any]:
     """The record a results file keeps (``set_statistics``): ``k``; ``correlation`` (mean off-diagonal cosine of the
-    final sub-embeddings, averaged over images), ``correlation_pearson``, ``matrix`` (the (K, K) cosine matrix);
-    the same for the residuals when given (``residual_correlation``, ...); ``slot_usage`` when ``text`` is given;
+    final sub-embeddings, averaged over images), ``correlation_pearson``, ``matrix`` (the (K, K) cosine matrix),
+    ``circular_variance`` and its natural log ``log_circular_variance`` (DivE Table 3 right); the same for the
+    residuals when given (``residual_correlation``, ...); ``slot_usage`` when ``text`` is given, with
+    ``caption_circular_variance`` when the captions are sets too (DivE's S^T);
     ``global_norm`` / ``residual_norm`` (mean ‖h_V(z)‖ and ‖v̂^k‖ before the LayerNorm) when given."""
     m = correlation_matrix(embeddings)
     out: dict[str, Any] = {"k": int(embeddings.shape[1]), "correlation": mean_off_diagonal(m),
                            "correlation_pearson": mean_off_diagonal(correlation_matrix(embeddings, "pearson")),
                            "matrix": m.round(6).tolist()}
+    cv = circular_variance(embeddings)
+    out |= {"circular_variance": cv, "log_circular_variance": _log(cv)}
     if residuals is not None:
         r = correlation_matrix(residuals)
+        rcv = circular_variance(residuals)
         out |= {"residual_correlation": mean_off_diagonal(r),
                 "residual_correlation_pearson": mean_off_diagonal(correlation_matrix(residuals, "pearson")),
-                "residual_matrix": r.round(6).tolist()}
+                "residual_matrix": r.round(6).tolist(),
+                "residual_circular_variance": rcv, "residual_log_circular_variance": _log(rcv)}
     if text is not None:
         if caption_image is None:
             raise XmrError("set_statistics: slot usage needs caption_image with the captions")
         out["slot_usage"] = slot_usage(embeddings, text, caption_image)
+        if text.ndim == 3:
+            tcv = circular_variance(text)
+            out |= {"caption_circular_variance": tcv, "caption_log_circular_variance": _log(tcv)}
     if global_norm is not None:
         out["global_norm"] = float(global_norm)
     if residual_norm is not None:
@@ -119,5 +145,5 @@ def residual_key(image_outputs: dict) -> str | None:
     return None
 
 
-__all__ = ["MEASURES", "SLOT_MEASURES", "correlation_matrix", "correlation_sums",
+__all__ = ["MEASURES", "SLOT_MEASURES", "circular_variance", "correlation_matrix", "correlation_sums",
            "mean_off_diagonal", "residual_key", "set_statistics", "slot_usage"]

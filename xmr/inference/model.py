@@ -20,7 +20,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -114,8 +114,10 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
 
 
 def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
-                progress: bool = True) -> tuple[np.ndarray, dict]:
-    """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split)."""
+                progress: bool = True, select_elements: Callable | None = None) -> tuple[np.ndarray, dict]:
+    """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split).
+    ``select_elements(images, captions) -> (images, captions)`` leaves set elements out of the similarity (DivE
+    Table 5, ``xmr score --image-elements``); the gallery cache and set statistics keep the whole sets."""
     from xmr.run.gallery_cache import write_gallery
 
     dev = resolve_device(device)
@@ -125,8 +127,9 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     data, feats = load_split_images(settings.image, settings.dataset_config, split)
     t0 = time.time()
     img, cap = encode_split_of(model, settings, data, feats, dev, progress=progress)
+    scored_img, scored_cap = select_elements(img, cap) if select_elements else (img, cap)
     with torch.no_grad():
-        sims = model.similarity_matrix(img.to(dev), cap.to(dev)).float().cpu().numpy()
+        sims = model.similarity_matrix(scored_img.to(dev), scored_cap.to(dev)).float().cpu().numpy()
     dt = time.time() - t0
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))

@@ -156,7 +156,10 @@ class DivE(RetrievalModel):
         if not m.set_module:
             return {"img": F.normalize(self.image_global_norm(glob), dim=-1)[:, None, :]}
         out = self.image_spm(local, num_regions, glob, None if pos is None else pos.to(local.dtype))
-        return {"img": out["embeddings"], "image_slots": out["slots"]}
+        res = {"img": out["embeddings"], "image_slots": out["slots"]}
+        if not self.training:  # the slot maps of a figure (DivE Fig. 4); the training forward carries no more
+            res["image_attention"] = out["attention"]
+        return res
 
     def text_outputs(self, batch):
         m = self.model_settings

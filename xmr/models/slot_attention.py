@@ -123,20 +123,23 @@ class AggregationBlock(nn.Module):
 
     def forward(self, slots: torch.Tensor, context: torch.Tensor, valid: torch.Tensor,
                 pos: torch.Tensor | None = None,
-                keys_values: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        updates, _ = self.attention(slots, context, valid, pos, keys_values)
+                keys_values: tuple[torch.Tensor, torch.Tensor] | None = None,
+                return_attention: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The refined slots; with ``return_attention`` also this block's attention Â (B, h, K, N)."""
+        updates, attn = self.attention(slots, context, valid, pos, keys_values)
         if self.gru is not None:  # vanilla slot attention's update (ablation of change 2)
             b, k, d = slots.shape
             slots = self.gru(updates.reshape(b * k, d), slots.reshape(b * k, d)).view(b, k, d)
         else:
             slots = updates + slots
-        return slots + self.ff(self.ln_ff(slots))
+        slots = slots + self.ff(self.ln_ff(slots))
+        return (slots, attn) if return_attention else slots
 
 
 class SetPredictionModule(nn.Module):
     """``forward(local (B, N, d_in), lengths, global (B, D), pos)`` -> dict with ``embeddings`` (B, K, D)
-    (L2-normalised) and ``slots`` = LN_out(E^T) (B, K, D) before the global feature is added (DivE's diversity
-    regulariser acts on these)."""
+    (L2-normalised), ``slots`` = LN_out(E^T) (B, K, D) before the global feature is added (DivE's diversity
+    regulariser acts on these) and ``attention`` (B, K, N): the last iteration's Â, averaged over heads."""
 
     def __init__(self, in_dim: int, embed_dim: int, num_slots: int = 4, iterations: int = 4, heads: int = 4,
                  dim_head: int = 512, ff_mult: int = 4, dropout: float = 0.1, pad_mode: str = "zero",
@@ -167,11 +170,13 @@ class SetPredictionModule(nn.Module):
         valid = length_mask(lengths, local.shape[1])
         slots = self.initial_slots(local.shape[0])
         keys_values = self.block.project_context(local, pos)
-        for _ in range(self.iterations):
+        for _ in range(self.iterations - 1):
             slots = self.block(slots, local, valid, pos, keys_values)
+        slots, attn = self.block(slots, local, valid, pos, keys_values, return_attention=True)
         slots = self.ln_out(slots)
         out = slots + self.ln_global(global_feat)[:, None, :] if self.add_global else slots
-        return {"embeddings": F.normalize(out, dim=-1), "slots": slots}
+        # the last iteration's attention of each slot over the inputs, averaged over heads (DivE Fig. 4's maps)
+        return {"embeddings": F.normalize(out, dim=-1), "slots": slots, "attention": attn.mean(dim=1)}
 
 
 __all__ = ["AggregationBlock", "SetPredictionModule", "sine_positions_1d", "sine_positions_2d"]

@@ -251,12 +251,17 @@ def attention_to_pixels(weights: np.ndarray, size: tuple[int, int], boxes: np.nd
     return np.asarray(cell.resize((w, h), Image.BILINEAR), dtype=np.float64)
 
 
-def plot_attention_maps(items: list[dict], out_png: str | os.PathLike, title: str | None = None) -> None:
-    """One row per image: the image, then each sub-embedding's attention over it. ``items``:
-    ``{image_path, maps: [(H, W) arrays], mask: (K,) or None}``."""
+def plot_attention_maps(items: list[dict], out_png: str | os.PathLike, title: str | None = None,
+                        footer: str | None = None) -> None:
+    """One row per image: the image, then each sub-embedding's map over it. ``items``:
+    ``{image_path, maps: [(H, W) arrays], mask: (K,) or None}``, optionally ``captions`` (one per map, shown under
+    it: DivE Fig. 4's nearest caption of each set element) and ``labels`` (one title per map)."""
     plt = _plt()
     k = max(len(it["maps"]) for it in items)
-    fig, axes = plt.subplots(len(items), k + 1, figsize=(1.8 * (k + 1), 2.15 * len(items) + 0.3), squeeze=False)
+    with_text = any(it.get("captions") for it in items)
+    fig, axes = plt.subplots(len(items), k + 1, figsize=((2.4 if with_text else 1.8) * (k + 1),
+                                                         (3.0 if with_text else 2.15) * len(items) + 0.5),
+                             squeeze=False)
     for row, it in zip(axes, items):
         img = np.asarray(_load_image(it["image_path"]))
         for ax in row:
@@ -270,23 +275,97 @@ def plot_attention_maps(items: list[dict], out_png: str | os.PathLike, title: st
             hi = heat.max()
             ax.imshow(heat / hi if hi > 0 else heat, cmap="jet", alpha=0.5, vmin=0, vmax=1)
             off = it["mask"] is not None and it["mask"][j] == 0
-            ax.set_title(f"k={j + 1}" + (" (masked)" if off else ""), fontsize=8, color="grey" if off else "black")
+            label = it["labels"][j] if it.get("labels") else f"k={j + 1}"
+            ax.set_title(label + (" (masked)" if off else ""), fontsize=8, color="grey" if off else "black")
+            if it.get("captions"):
+                ax.set_xlabel("\n".join(textwrap.wrap(f"“{it['captions'][j]}”", 30)[:4]), fontsize=6.5)
         for ax in row[len(it["maps"]) + 1:]:
             ax.set_visible(False)
     fig.suptitle(title or "sub-embedding attention", fontsize=10)
-    fig.tight_layout()
+    if footer:
+        fig.text(0.99, 0.005, footer, fontsize=6, color="grey", ha="right", va="bottom")
+    fig.tight_layout(rect=(0, 0.02 if footer else 0, 1, 1))
     _save(fig, out_png)
 
 
+def produced_on(machine: str | None = None) -> str:
+    """The footer every analysis figure carries: the machine that drew it (``machine``, else the CPU's model name
+    and core count from /proc/cpuinfo) and the date."""
+    import datetime
+
+    if machine is None:
+        cpu, flags = "unknown CPU", []
+        try:
+            with open("/proc/cpuinfo") as f:
+                first = f.read().split("\n\n")[0]  # the first processor's block
+            info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first.splitlines() if ":" in line)}
+            cpu, flags = info.get("model name", cpu), info.get("flags", "").split()
+        except OSError:
+            pass
+        machine = (f"{os.cpu_count()}-core {cpu}" + (" VM" if "hypervisor" in flags else "")
+                   + (" with AVX-512" if "avx512f" in flags else ""))
+    return f"made by xmr on {machine}, {datetime.date.today().isoformat()}"
+
+
+def region_similarity(model, feats, num_regions) -> np.ndarray:
+    """(B, K, R): the cosine of each region's (or grid cell's) joint-space feature with each image sub-embedding
+    (DVSE Fig. 10 ranks regions this way). Needs the method's per-region projection into the joint space
+    (``image_proj``: DVSE on its VSE∞ base, DivE, VSE∞)."""
+    import torch
+
+    proj = getattr(model, "image_proj", None)
+    with torch.no_grad():
+        emb = model.image_outputs(feats, num_regions)["img"]
+        if proj is None or emb.ndim != 3:
+            raise XmrError(f"method {model.method_name!r} has no per-region features in the joint space and image "
+                           f"sub-embeddings to compare them with (needs image_proj and (B, K, D) embeddings: DVSE "
+                           f"with image_projection: per_region, DivE)")
+        regions = torch.nn.functional.normalize(proj(feats).float(), dim=-1)
+        sims = torch.einsum("bkd,brd->bkr", torch.nn.functional.normalize(emb.float(), dim=-1), regions)
+    return sims.cpu().numpy()
+
+
+def rank_scores(similarity: np.ndarray) -> np.ndarray:
+    """DVSE Fig. 10's region scores: each region's rank r (1 = most similar) among the R regions of a row of
+    ``similarity`` (K, R) turned into a = (R - r)², the paper's ρ·(R - r_i)² without ρ (a common scale, gone once
+    a map is normalised by its maximum)."""
+    order = np.argsort(-similarity, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(1, similarity.shape[1] + 1)[None].repeat(len(similarity), 0), axis=1)
+    return (similarity.shape[1] - ranks).astype(np.float64) ** 2
+
+
+def nearest_captions(element: np.ndarray, text_emb: np.ndarray) -> list[int]:
+    """For each image set element (K, D), the caption whose embedding (M, D) or set (M, L, D) holds the most
+    similar vector (highest cosine)."""
+    unit = lambda v: v / np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)  # noqa: E731
+    txt = unit(np.asarray(text_emb, dtype=np.float64))
+    if txt.ndim == 2:
+        txt = txt[:, None, :]
+    cos = np.einsum("kd,mld->kml", unit(np.asarray(element, dtype=np.float64)), txt).max(axis=2)  # (K, M)
+    return [int(j) for j in cos.argmax(axis=1)]
+
+
+MAP_KINDS = ("attention", "similarity")
+
+
 def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, images: int = 2, seed: int = 0,
-                     split: str | None = None, device: str = "cpu") -> dict[str, Any]:
-    """DVSE Fig. 10 from a trained set-based run: the attention of each image sub-embedding over test images."""
+                     split: str | None = None, device: str = "cpu", weights: str = "attention",
+                     with_captions: bool = False, machine: str | None = None) -> dict[str, Any]:
+    """Maps of each image sub-embedding over test images from a trained set-based run. ``weights``:
+    ``attention`` (the heads' attention weights: PVSE/DVSE's PIE-Net, DivE's slot attention, DivE Fig. 4) or
+    ``similarity`` (DVSE Fig. 10: regions ranked by their cosine with the sub-embedding, scored (R - r)², the top
+    three named).
+    ``with_captions``: under each map, the test caption nearest to that set element (DivE Fig. 4, A2, A3).
+    ``machine`` names the machine in the footer (default: the CPU's name)."""
     import torch
 
     from xmr.inference.loaders import image_input, image_loader_parts, load_split_images
     from xmr.inference.model import load_trained
     from xmr.settings.run_settings import run_settings
 
+    if weights not in MAP_KINDS:
+        raise XmrError(f"map weights {weights!r}: choose one of {', '.join(MAP_KINDS)}")
     model, cfg = load_trained(run_dir, device)
     split = split or cfg["dataset_cfg"]["test_split"]
     settings = run_settings(cfg)
@@ -297,12 +376,18 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
     boxes = getattr(source, "boxes", lambda: None)()
     sizes = getattr(source, "image_sizes", lambda: None)()
     dataset, collate = image_loader_parts(source, picks, cfg["features"]["max_regions"])
+    gallery = None
+    if with_captions:
+        from xmr.inference.model import load
+
+        gallery = load(run_dir, device).encode_split(split)  # the run's cached test embeddings when they exist
     items = []
     for k, i in enumerate(picks):
         with torch.no_grad():
             x, num = model.image_local_features(*image_input(collate([dataset[k]]), device))
         n = int(num[0])
-        attn, mask = image_attention(model, x, num)
+        attn, mask = image_attention(model, x, num) if weights == "attention" else (region_similarity(model, x, num),
+                                                                                     None)
         path = Path(data.image_paths[i]) if data.image_paths else None
         if path is None or not path.exists():
             raise XmrError(f"image {data.image_ids[i]} of {cfg['dataset']} {split} is not on disk ({path})")
@@ -315,13 +400,26 @@ def attention_figure(run_dir: str | os.PathLike, out_png: str | os.PathLike, ima
             b = boxes[i][:n].astype(np.float64)
             if sizes is not None and tuple(sizes[i]) != size:  # boxes are in original-image pixels
                 b = b * np.array([size[0] / sizes[i][0], size[1] / sizes[i][1]] * 2)
-        items.append({"image_path": path, "maps": [attention_to_pixels(a, size, b) for a in attn[0]],
-                      "mask": None if mask is None else mask[0]})
-    plot_attention_maps(items, out_png, f"attention of each image sub-embedding: {cfg['name']} ({cfg['dataset']} "
-                                        f"{split})")
-    return {"images": [data.image_ids[i] for i in picks], "num_embeds": len(items[0]["maps"])}
+        maps = attn[0][:, :n]
+        item = {"image_path": path, "mask": None if mask is None else mask[0]}
+        if weights == "similarity":
+            order = np.argsort(-maps, axis=1, kind="stable")
+            item["labels"] = [f"k={j + 1}: top {', '.join(str(r + 1) for r in t[:3])}" for j, t in enumerate(order)]
+            maps = rank_scores(maps)
+        item["maps"] = [attention_to_pixels(a, size, b) for a in maps]
+        if gallery is not None:
+            near = nearest_captions(np.asarray(gallery["image_emb"][i]), gallery["text_emb"])
+            item["captions"] = [gallery["captions"][j] for j in near]
+            item["nearest"] = near
+        items.append(item)
+    what = "regions ranked by cosine with" if weights == "similarity" else "attention of"
+    plot_attention_maps(items, out_png, f"{what} each image sub-embedding" + (" and its nearest caption"
+                                                                              if with_captions else "")
+                        + f": {cfg['name']} ({cfg['dataset']} {split})", produced_on(machine))
+    return {"images": [data.image_ids[i] for i in picks], "num_embeds": len(items[0]["maps"]),
+            "nearest_captions": [it.get("nearest") for it in items]}
 
 
 __all__ = ["plot_training_curves", "retrieval_examples", "plot_text_to_image",
            "plot_image_to_text", "image_attention", "attention_to_pixels", "plot_attention_maps", "attention_figure",
-           "rank_order", "pick_queries"]
+           "rank_order", "pick_queries", "produced_on", "region_similarity", "rank_scores", "nearest_captions", "MAP_KINDS"]

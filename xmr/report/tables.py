@@ -190,9 +190,10 @@ def _std_text(spread: dict | None) -> str | None:
     return None if not spread else f"{spread['std']:.4f}"
 
 
-def _set_text(stats: dict | None) -> str | None:
-    """The set's correlation for a set method's results (None: a single-embedding method, or an older file)."""
-    return None if not stats or stats.get("correlation") is None else f"{stats['correlation']:.3f}"
+def _set_text(stats: dict | None, key: str = "correlation") -> str | None:
+    """A set statistic (the correlation; DivE's circular variance) of a set method's results (None: a
+    single-embedding method, or an older file)."""
+    return None if not stats or stats.get(key) is None else f"{stats[key]:.3f}"
 
 
 def fmt(v: Any, digits: int = 1) -> str:
@@ -313,6 +314,25 @@ def csv_table(rows: list[dict], columns: list[str] = COLUMNS) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
+
+
+# `xmr show --set-statistics`: how far apart each set method's sub-embeddings are (DVSE Fig. 6, DivE Table 3 right)
+SET_COLUMNS = ["target", "K", "set corr.", "circ. var.", "log circ. var.", "caption circ. var.", "residual circ. var."]
+
+
+def set_statistics_rows(paths: Iterable[str | os.PathLike]) -> list[dict]:
+    """One row per results file: its ``set_statistics`` (— for a single-embedding method or an older file)."""
+    rows = []
+    for p in paths:
+        for target, r in results_in(p):
+            s = r.get("set_statistics") or {}
+            log = s.get("log_circular_variance")
+            rows.append({"target": target, "K": s.get("k"), "set corr.": _set_text(s),
+                         "circ. var.": _set_text(s, "circular_variance"),
+                         "log circ. var.": None if log is None else f"{log:.2f}",
+                         "caption circ. var.": _set_text(s, "caption_circular_variance"),
+                         "residual circ. var.": _set_text(s, "residual_circular_variance")})
+    return rows
 
 
 def write_summary(result_paths: list[str | os.PathLike], out_dir: str | os.PathLike,

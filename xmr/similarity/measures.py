@@ -387,6 +387,37 @@ def _absmax(t) -> float:
     return float(np.abs(t).max()) if t.size else 0.0
 
 
+def set_elements_kept(size: int, keep: list[int] | None = None, drop: list[int] | None = None,
+                      what: str = "image") -> list[int] | None:
+    """The element indices (0-based) of a K-element set that an ablated evaluation keeps (DivE Table 5: "only
+    S^V(i)" is ``keep=[i-1]``, "all but S^V(2)" is ``drop=[1]``); None when both are empty (keep the whole set)."""
+    if keep and drop:
+        raise XmrError(f"{what} elements: give the elements to keep or the ones to drop, not both")
+    given = keep or drop
+    if not given:
+        return None
+    bad = [i for i in given if not 0 <= i < size]
+    if bad or len(set(given)) != len(given):
+        raise XmrError(f"{what} elements {given}: give distinct 0-based indices of the {size} set elements "
+                       f"(0 to {size - 1})")
+    kept = sorted(given) if keep else [i for i in range(size) if i not in set(given)]
+    if not kept:
+        raise XmrError(f"{what} elements: dropping all {size} elements leaves nothing to score; keep at least one")
+    return kept
+
+
+def select_set_elements(x, keep: list[int] | None = None, drop: list[int] | None = None, what: str = "image"):
+    """``x`` (N, K, D) with only the kept elements of each set along K (see :func:`set_elements_kept`); ``x``
+    itself when nothing is dropped. A NumPy array or tensor in, the same kind out."""
+    if not keep and not drop:
+        return x
+    if len(x.shape) != 3:
+        raise XmrError(f"{what} elements: the {what} embeddings are single vectors {tuple(x.shape)}, not sets "
+                       f"(N, K, D); dropping set elements needs a set method's embeddings")
+    kept = set_elements_kept(int(x.shape[1]), keep, drop, what)
+    return x[:, kept]
+
+
 def similarity_to_numpy(sims) -> np.ndarray:
     """CPU float32 numpy array of a similarity matrix, tensor or array (for saving)."""
     if is_tensor(sims):
@@ -394,5 +425,5 @@ def similarity_to_numpy(sims) -> np.ndarray:
     return np.asarray(sims, dtype=np.float32)
 
 
-__all__ = ["SIMILARITIES", "MATCH_MEASURES", "SetMeasure", "all_finite", "compute_similarity", "set_similarity",
-           "similarity_to_numpy", "DEFAULT_BLOCK_BYTES"]
+__all__ = ["SIMILARITIES", "MATCH_MEASURES", "SetMeasure", "all_finite", "compute_similarity", "select_set_elements",
+           "set_elements_kept", "set_similarity", "similarity_to_numpy", "DEFAULT_BLOCK_BYTES"]

@@ -497,6 +497,7 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
     # on the device: no sync per step (float64 where the device has it: MPS does not)
     loss_sum = torch.zeros((), dtype=torch.float32 if device.type == "mps" else torch.float64, device=device)
     nonfinite = torch.zeros((), dtype=torch.bool, device=device)
+    term_sums: dict[str, torch.Tensor] = {}  # the loss's named terms (ADOPT's K, ...): their epoch means in history
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{run.max_epochs}", unit="batch",
                disable=not (progress and ctx.is_main), total=steps)
     for it, batch in enumerate(bar):
@@ -508,6 +509,9 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
                            f"is {last if last.exists() else 'none (first epoch)'}; lower optim.lr or enable "
                            f"optim.grad_clip") from None
         loss = terms["loss"].detach()
+        for name, value in terms.items():
+            if name != "loss" and torch.is_tensor(value) and value.numel() == 1:
+                term_sums[name] = term_sums.get(name, 0) + value.detach().to(device=device, dtype=loss_sum.dtype)
         state.step += 1
         seen += len(batch["image_index"]) * ctx.world_size
         loss_sum += loss
@@ -535,7 +539,7 @@ def run_epoch(run: TrainRun, state: TrainState, epoch: int, tracker: Tracker, pr
     run.progress.write(epoch + 1, run.max_epochs, nb, steps, loss_sum.item() / max(1, nb))
     return {"epoch": epoch + 1, "loss": loss_sum.item() / max(1, nb),
             "samples_per_s": seen / max(1e-9, time.time() - t0), "lr": run.optimizer.param_groups[0]["lr"],
-            "seconds": time.time() - t0}
+            "seconds": time.time() - t0, **{f"train_{k}": v.item() / max(1, nb) for k, v in term_sums.items()}}
 
 
 def validate_epoch(run: TrainRun, epoch: int, row: dict[str, Any], tracker: Tracker) -> None:
