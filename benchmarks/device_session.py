@@ -75,8 +75,8 @@ def demo_jobs() -> list[list[list[str]]]:
     test = ["test", "--run", "runs/synth/dvse_demo", "--sims", "runs/synth/dvse_demo/test_sims.npy", "--no-tracking"]
     metrics = ["--metrics-out", "results/synth/{}.metrics.json", "--ranks-out", "results/synth/{}.ranks.npz"]
     return [[xmr("synth", "--dataset", "synth", "--out", "data/synth", "--workers", "2")], feats,
-            [xmr("train", "--run", "runs/synth/dvse_demo", "--no-progress", "--log", "logs/train/synth_dvse_demo.log",
-                 *NO_TRACKING)],
+            [xmr("train", "--run", "runs/synth/dvse_demo", "--threads", "2", "--no-progress", "--log",
+                 "logs/train/synth_dvse_demo.log", *NO_TRACKING)],
             [xmr("score", "--run", "runs/synth/dvse_demo", "--out", "runs/synth/dvse_demo/test_sims.npy", "--no-progress")],
             [xmr(*test, "--out", "results/synth/dvse_demo.json", metrics[0], metrics[1].format("dvse_demo"), metrics[2],
                  metrics[3].format("dvse_demo")),

@@ -47,7 +47,8 @@ def test_a_misspelt_set_key_is_blamed_on_set_not_on_the_recipe(tmp_path):
 def test_a_misspelt_choice_or_option_is_one_line_pointing_to_help(tmp_path):
     r = run_xmr("evaluate", "--sims", "S.npy", "--protocol", "coco6k", "--out", "M.json", cwd=tmp_path)
     assert _one_line_error(r, "evaluate") == (
-        "argument --protocol: invalid choice: 'coco6k' (choose from 'coco1k', 'coco5k', 'f30k', 'plain', 'cub'); "
+        "argument --protocol: invalid choice: 'coco6k' (choose from 'coco1k', 'coco5k', 'f30k', 'plain', 'cub', "
+        "'eccv', 'cxc'); "
         "see xmr evaluate --help")
     r = run_xmr("show", "--bogus", "x.json", cwd=tmp_path)  # named by the command it was given to
     assert _one_line_error(r, "show") == "unrecognized arguments: --bogus; see xmr show --help"
@@ -96,7 +97,7 @@ def test_paths_in_errors_are_relative_to_the_working_folder(tmp_path):
 def test_doctor_refuses_an_unknown_synth_target_as_for_any_dataset():
     line = _one_line_error(run_xmr("doctor", "synth", "results/synth/nonsense.json", cwd=REPO), "doctor")
     assert line.startswith("no recipe for results/synth/nonsense.json: expected config/recipes/synth/nonsense.yaml"
-                           " (recipes for synth: coder, dive, dvse, dvse_demo,"), line
+                           " (recipes for synth: clip_tiny, coder, dive, dvse, dvse_demo,"), line
     coco = _one_line_error(run_xmr("doctor", "coco", "results/coco/nonsense.json", cwd=REPO), "doctor")
     assert re.sub(r"\(recipes for coco: .*", "", coco) == "no recipe for results/coco/nonsense.json: expected " \
                                                           "config/recipes/coco/nonsense.yaml "

@@ -78,7 +78,9 @@ def make_dataset(root: Path, name: str = "mydata") -> Path:
 def test_the_documented_example_trains_and_evaluates_beside_a_broken_dataset_config(tmp_path):
     blocks = section_blocks()
     # the JSON shown is the whole format the example needs: filename, split, sentences[].raw
-    [sample] = [json.loads(code) for lang, code, _ in blocks if lang == "json"]
+    # the first JSON block is the whole format; the second, optional extended positives, is one image of it
+    sample, extended = [json.loads(code) for lang, code, _ in blocks if lang == "json"]
+    assert extended["sentences"][0]["positives"] and set(extended) <= {"filename", "split", "sentences"}
     assert {frozenset(img) for img in sample["images"]} == {frozenset({"filename", "split", "sentences"})}
     assert {frozenset(s) for img in sample["images"] for s in img["sentences"]} == {frozenset({"raw"})}
     root = copy_repo(tmp_path / "repo")

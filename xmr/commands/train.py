@@ -52,14 +52,17 @@ def _source(args) -> list[str]:
 
 def run(args):
     import os
+    import sys
 
     from xmr.core.errors import XmrError
 
     if args.threads is not None and args.threads < 1:
         raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
     # before torch (and its OpenMP) loads: threads that wait for each other sleep instead of spinning, so that a
-    # core another program holds does not stall every step (docs/pipeline.md)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # core another program holds does not stall every step (docs/pipeline.md). Once torch is loaded OpenMP has read
+    # its settings, and the variable would only leak into this process's later children: leave it alone then.
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.log:
         from xmr.core.progress import append_output_to
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from xmr.config.loader import safe_load
 from xmr.core.errors import XmrError
+from xmr.run.layout import RESULTS_ROOT, results_target_file
 
 SRC = "xmr/report/paper_map.yaml"
 STATUSES = ("target", "partial", "missing", "illustration", "elsewhere")
@@ -101,7 +102,7 @@ def target_problems(doc: dict, config_dir: str | os.PathLike = "config", root: s
     dataset) or benchmark script is missing, a target of no known kind, a paper_experiment that
     ``paper_results.yaml`` lacks."""
     from xmr.report.paper import load_paper_results
-    from xmr.run.layout import parse_target, split_results_target
+    from xmr.run.layout import parse_target, split_experiment_table_target, split_results_target
     from xmr.studies.experiments import load_experiment
 
     problems = []
@@ -114,8 +115,8 @@ def target_problems(doc: dict, config_dir: str | os.PathLike = "config", root: s
             elif target.startswith("reports/") or "/fr_grid/" in target:
                 if not (Path(config_dir) / "datasets" / f"{target.split('/')[1]}.yaml").is_file():
                     problems.append(f"{target}: no dataset {target.split('/')[1]!r}")
-            elif re.fullmatch(r"results/[a-z0-9]+/exp/[a-z0-9_]+/table\.md", target):
-                _, dataset, _, name, _ = target.split("/")
+            elif split_experiment_table_target(target):
+                dataset, name = split_experiment_table_target(target)
                 load_experiment(name, config_dir).check_dataset(dataset)
             elif parts and "/" not in parts[1]:
                 parse_target(*parts, config_dir)
@@ -197,8 +198,7 @@ def _number(e: dict) -> str:
 def _xmr_number(target: str, results_root: Path | None) -> str | None:
     """xmr's RSUM of a results target (each protocol), or ``done`` for a table; None when not made yet (or
     ``results_root`` None)."""
-    path = results_root / Path(target).relative_to("results") \
-        if results_root is not None and target.startswith("results/") else None
+    path = results_target_file(target, results_root) if results_root is not None else None
     if path is None or not path.is_file():
         return None
     if path.suffix != ".json":
@@ -211,7 +211,7 @@ def _xmr_number(target: str, results_root: Path | None) -> str | None:
     return ", ".join(f"{p} {m['rsum']:.1f}" for p, m in protocols.items() if m.get("rsum") is not None) or None
 
 
-def map_rows(doc: dict, results_root: str | os.PathLike | None = "results") -> list[dict[str, Any]]:
+def map_rows(doc: dict, results_root: str | os.PathLike | None = RESULTS_ROOT) -> list[dict[str, Any]]:
     """One dict per map row: paper, item, row, targets, needs, status, printed (the paper's numbers), xmr (from
     the results files under ``results_root``; None: none), note."""
     from xmr.report.paper import load_paper_results
@@ -244,7 +244,7 @@ def _cell(values: Iterable[str], code: bool = False) -> str:
     return "<br>".join(values) if values else "—"
 
 
-def render_markdown(doc: dict, results_root: str | os.PathLike | None = "results") -> str:
+def render_markdown(doc: dict, results_root: str | os.PathLike | None = RESULTS_ROOT) -> str:
     """docs/papers.md: a summary per paper, then every item's rows."""
     rows = map_rows(doc, results_root)
     out = ["# Reproducing the papers, table by table", "",
@@ -285,7 +285,7 @@ def render_markdown(doc: dict, results_root: str | os.PathLike | None = "results
     return "\n".join(out) + "\n"
 
 
-def write_markdown(doc: dict, out: str | os.PathLike, results_root: str | os.PathLike | None = "results") -> Path:
+def write_markdown(doc: dict, out: str | os.PathLike, results_root: str | os.PathLike | None = RESULTS_ROOT) -> Path:
     from xmr.core.io import atomic_path
 
     with atomic_path(out, ".md") as tmp:

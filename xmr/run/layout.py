@@ -114,6 +114,24 @@ def split_results_target(target: str | os.PathLike, results_root: str | os.PathL
     return (m.group(1), m.group(2)) if m else None
 
 
+def split_experiment_table_target(target: str | os.PathLike, results_root: str | os.PathLike = RESULTS_ROOT
+                                  ) -> tuple[str, str] | None:
+    """``results/{dataset}/exp/{experiment}/table.md`` -> (dataset, experiment); None for any other path."""
+    import re
+
+    m = re.fullmatch(rf"{re.escape(str(results_root))}/([a-z0-9]+)/exp/([a-z0-9_]+)/table\.md", str(target))
+    return (m.group(1), m.group(2)) if m else None
+
+
+def results_target_file(target: str | os.PathLike, results_root: str | os.PathLike = RESULTS_ROOT) -> Path | None:
+    """Where a ``results/...`` target lies under ``results_root`` (another folder than ``results`` in tests);
+    None for a target outside ``results/``."""
+    rel = Path(target)
+    if not rel.parts or rel.parts[0] != RESULTS_ROOT:
+        return None
+    return Path(results_root).joinpath(*rel.parts[1:])
+
+
 def result_pattern(tables: tuple[str, ...] = ("summary",), config_dir: str | Path = "config") -> str:
     """The ``{result}`` wildcard of ``results/{dataset}/{result}.json``: a recipe target, an experiment variant's
     or a benchmark run's, but never a dataset-level table (``summary``, ``{benchmark}``: other rules write those)."""
