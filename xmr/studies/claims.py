@@ -9,24 +9,29 @@
 - **Families.** Holm's step-down rule runs over one family of claims (one per paper; xmr's extensions of a paper's
   sentence form a family of their own) across every benchmark file of the folder: a family split over files is
   adjusted as one (:func:`joint_family_rows`). A claim of the family whose runs are missing counts at p = 1.
+- **Query level.** A claim on the same trained models (a re-ranker against plain) has beside its seed-level test
+  a paired bootstrap over the test queries, resampled by image cluster within each seed (:func:`query_level`).
 - **Levels.** The bounds printed beside each difference are at the level Holm's rule tested that row at (its step,
   alpha / (m - i + 1)); the unadjusted 90 % interval (two one-sided 95 % bounds) is in the CSV and the legend.
 """
 
 from __future__ import annotations
 
-import copy
 import io
 import math
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from xmr.core.errors import XmrError
 from xmr.evaluation.stats import (compare, confidence_interval, detectable_effect, holm, holm_levels, mean_std,
                                   non_superiority_p, one_sided_bound, permutation_p)
-
-if TYPE_CHECKING:
-    from xmr.studies.benchmark import Benchmark
+from xmr.run.layout import RESULTS_ROOT
+from xmr.studies.benchmark_config import (ALL, LOWER_IS_BETTER, SET_METRICS, Benchmark, _short, _side, _values,
+                                          differs_text, gather, load_benchmark)
+from xmr.studies.benchmark_config import (CONTRIBUTION, RECIPE, add_contribution_claims,  # noqa: F401 - importable
+                                          contribution_settings, contribution_variant_name)  # here, as documented
 
 ALPHA = 0.05  # one-sided, family-wise over each family's claims (Holm)
 #: the four verdicts; a claim whose runs are missing reads "not run", one whose metric a run lacks "not measured"
@@ -79,10 +84,6 @@ def claim_rows(bench: Benchmark, records: list[dict], differences: dict | None =
     t tests (one-sided p of the claimed direction, two-sided p, non-superiority p at Δ), the permutation tests,
     the unadjusted 90 % interval and, for claims on the same models, the query-level test. ``missing_ok``: a claim
     with no results at all reads *not run* (another file's claims of a joint family)."""
-    from xmr.run.layout import RESULTS_ROOT
-    from xmr.studies.benchmark import (LOWER_IS_BETTER, QUERY_CUTOFFS, SET_METRICS, _side, _values, differs_text,
-                                       query_level)
-
     results_root = RESULTS_ROOT if results_root is None else results_root
     differences = differences or {}
     rows = []
@@ -133,8 +134,6 @@ def claim_rows(bench: Benchmark, records: list[dict], differences: dict | None =
 
 def joint_family_benchmarks(bench: Benchmark) -> list[Benchmark]:
     """The other benchmark files beside ``bench`` (same folder, same dataset) with a claim in one of its families."""
-    from xmr.studies.benchmark import load_benchmark
-
     families = {c["family"] for c in bench.claims}
     out = []
     for path in sorted(Path(bench.path).parent.glob("*.yaml")):
@@ -149,8 +148,6 @@ def joint_family_benchmarks(bench: Benchmark) -> list[Benchmark]:
 def joint_family_rows(bench: Benchmark, results_root=None) -> list[dict]:
     """Unadjusted rows of the claims of :func:`joint_family_benchmarks` in ``bench``'s families: Holm's rule
     adjusts a family as one across the files. Their runs may be missing (*not run*: counted at p = 1)."""
-    from xmr.studies.benchmark import gather
-
     families = {c["family"] for c in bench.claims}
     out = []
     for other in joint_family_benchmarks(bench):
@@ -213,90 +210,65 @@ def judge_claims(bench: Benchmark, records: list[dict], differences: dict | None
     return [{k: r.get(k, float("nan")) for k in columns} for r in own]
 
 
-# ------------------------------------------------------------------------------------------- contribution / recipe
-CONTRIBUTION, RECIPE = "contribution", "recipe"
+# --------------------------------------------------------------------------------------------------- query level
+def ranks_path(result_path: str | os.PathLike) -> Path:
+    """The per-query ranks written beside a results file (``s0.json`` -> ``s0.ranks.npz``)."""
+    return Path(result_path).with_suffix(".ranks.npz")
 
 
-def contribution_variant_name(better: str, worse: str) -> str:
-    """The variant that trains ``better``'s recipe with ``worse``'s values for what is not its contribution."""
-    return f"{better}_as_{worse}"
+#: per metric, the recall cut-offs each direction adds up (RSUM: all six)
+QUERY_CUTOFFS = {"rsum": ((1, 5, 10), (1, 5, 10)), "i2t_r1": ((1,), ()), "t2i_r1": ((), (1,))}
 
 
-def contribution_settings(bench: Benchmark, claim: dict, declared: dict, index: int) -> tuple[dict, list[str]]:
-    """For a claim between two recipes: the settings the claimed-better side takes from the other side so that the
-    two differ only in what its method names as its contribution (``contribution: true`` in
-    config/method_settings.yaml), and the settings it cannot take (a value its method's schema refuses), kept
-    and named. Empty for a claim on the same recipe (an ablation, a re-ranker)."""
-    from xmr.studies.benchmark import _side, claim_differences
+def query_differences(ranks: dict[str, np.ndarray], better: str, worse: str, subset: str = ALL,
+                      metric: str = "rsum") -> np.ndarray:
+    """Per image cluster (an image with its captions), its contribution to ``metric``(better) - ``metric``(worse)
+    of one trained model under two re-rankers, from the per-query ranks (:func:`xmr.run.results.write_query_ranks`);
+    the contributions add up to the metric's difference. Clusters with no query in ``subset`` are left out."""
+    i2t_k, t2i_k = QUERY_CUTOFFS[metric]
+    c = int(ranks["captions_per_image"])
+    bi, wi, bt, wt = (ranks[f"{r}/{d}"] for d in ("i2t", "t2i") for r in (better, worse))
+    n, m = bi.size, bt.size
+    im = ranks[f"subset/{subset}/images"] if subset != ALL else np.ones(n, bool)
+    cm = ranks[f"subset/{subset}/captions"] if subset != ALL else np.ones(m, bool)
 
-    (bv, _), (wv, _) = _side(claim["better"]), _side(claim["worse"])
-    if bench.variants[bv]["recipe"] == bench.variants[wv]["recipe"]:
-        return {}, []
-    method = bench.run_config(bv, bench.seeds[0])["method"]
-    own = declared.get(method) or {}
-    equal = {d.key: d.worse for d in claim_differences(bench, claim, declared, index)
-             if d.by not in ("variant", "claim") and not (own.get(d.key) or {}).get("contribution", False)}
-    taken, kept = {}, []
-    for key, value in sorted(equal.items()):
-        try:
-            bench.variants["__probe__"] = {**bench.variants[bv],
-                                           "set": {**(bench.variants[bv].get("set") or {}), **taken, key: value}}
-            bench.run_config("__probe__", bench.seeds[0])
-            taken[key] = value
-        except XmrError:
-            kept.append(key)
-        finally:
-            bench.variants.pop("__probe__", None)
-    return taken, kept
+    def hits(r: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
+        return sum((r < k).astype(np.float64) for k in ks) if ks else np.zeros(r.size)
+
+    per_image = np.where(im, 100.0 * (hits(bi, i2t_k) - hits(wi, i2t_k)) / max(int(im.sum()), 1), 0.0)
+    per_caption = np.where(cm, 100.0 * (hits(bt, t2i_k) - hits(wt, t2i_k)) / max(int(cm.sum()), 1), 0.0)
+    owner = np.arange(m) // c
+    d = per_image + np.bincount(owner, weights=per_caption, minlength=n)
+    keep = im | (np.bincount(owner, weights=cm.astype(np.float64), minlength=n) > 0)
+    return d[keep]
 
 
-def add_contribution_claims(bench: Benchmark) -> None:
-    """Judge each claim between two recipes twice (docs/benchmark.md "Contribution and recipe"): as
-    **contribution** (the headline, in the claim's family) against a variant of the claimed-better side trained
-    with the other side's values for every declared setting its method does not name as its contribution
-    (:func:`contribution_settings`; the variant ``{better}_as_{worse}`` is added to the file and trained like any
-    other), and as **recipe** (as published) in a family of its own, ``{family}_recipe``. A claim with nothing to
-    make equal is judged once, as it is."""
-    from xmr.studies.benchmark import _side, load_method_settings
+def query_level(bench: Benchmark, claim: dict, seeds: list[int],
+                results_root: str | os.PathLike = RESULTS_ROOT) -> dict[str, float]:
+    """The query-level paired test of a claim on the same trained models (a re-ranker against plain): the
+    per-cluster differences of each seed's test queries, resampled by image cluster within each seed
+    (:func:`xmr.evaluation.stats.cluster_bootstrap`). It answers: on this test set, do these trained models
+    gain? (The seed-level test asks it of training runs in general.)"""
+    from xmr.evaluation.stats import cluster_bootstrap
+    from xmr.run.results import read_query_ranks
 
-    key = _config_state(bench)
-    if key in _CONTRIBUTION_CACHE:  # the workflow loads a benchmark once per job it plans: resolve it once
-        variants, claims = _CONTRIBUTION_CACHE[key]
-        bench.variants, bench.claims = copy.deepcopy(variants), copy.deepcopy(claims)
-        return
-    declared = load_method_settings(bench.config_dir)
-    claims = []
-    for i, c in enumerate(bench.claims):
-        taken, kept = contribution_settings(bench, c, declared, i)
-        if not taken:
-            claims.append({**c, "judged": ""})
-            continue
-        (bv, br), (wv, _) = _side(c["better"]), _side(c["worse"])
-        name = contribution_variant_name(bv, wv)
-        base = bench.variants[bv]
-        bench.variants[name] = {"recipe": base["recipe"], "set": {**(base.get("set") or {}), **taken},
-                                "label": f"{bv}'s recipe with {wv}'s " + ", ".join(
-                                    f"{k}={v}" for k, v in taken.items())
-                                + (f" (kept: {', '.join(kept)})" if kept else "")}
-        better = name if br == "none" else f"{name}:{br}"
-        claims.append({**c, "better": better, "judged": CONTRIBUTION, "kept": ", ".join(kept)})
-        claims.append({**c, "judged": RECIPE, "family": f"{c['family']}_{RECIPE}"})
-    bench.claims = claims
-    _CONTRIBUTION_CACHE[key] = (copy.deepcopy(bench.variants), copy.deepcopy(claims))
-
-
-_CONTRIBUTION_CACHE: dict[tuple, tuple[dict, list]] = {}
-
-
-def _config_state(bench: Benchmark) -> tuple:
-    """What the contribution variants are computed from: the benchmark's path, variants, claims and seeds, and the
-    name, size and modification time of every YAML file of its config folder (recipes, method files, settings)."""
-    files = tuple(sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size)
-                         for f in Path(bench.config_dir).rglob("*.yaml")))
-    return (str(Path(bench.path).resolve()), repr(bench.variants), repr(bench.claims), tuple(bench.seeds), files)
+    (v, br), (_, wr) = _side(claim["better"]), _side(claim["worse"])
+    per_seed = [query_differences(read_query_ranks(ranks_path(bench.result_path(v, s, results_root))), br, wr,
+                                  claim["subset"], claim["metric"]) for s in seeds]
+    return cluster_bootstrap(per_seed, bench.query_resamples, seed=0)
 
 
 # ------------------------------------------------------------------------------------------------- the table
+def _pm(m: float, s: float, digits: int = 1) -> str:
+    if not math.isfinite(m):
+        return "–"
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if math.isfinite(s) else f"{m:.{digits}f}"
+
+
+def _seeds_note(n: int, n_seeds: int) -> str:
+    return "" if n >= n_seeds else f" ({n} seeds)"
+
+
 def _num(x: float, digits: int) -> str:
     return f"{x:+.{digits}f}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"
 
@@ -318,8 +290,6 @@ def claims_markdown(claims: list[dict], n_seeds: int, bench: Benchmark | None = 
                     split: str = "") -> str:
     """The claims table, its legend (the tests, the families, Δ, the split) and the sources of the declared
     differences."""
-    from xmr.studies.benchmark import LOWER_IS_BETTER, SET_METRICS, _pm, _seeds_note, _short
-
     nan = float("nan")
     out = io.StringIO()
     scope = bench.dataset if bench else "the dataset"
@@ -401,4 +371,5 @@ def claims_markdown(claims: list[dict], n_seeds: int, bench: Benchmark | None = 
 
 
 __all__ = ["ALPHA", "HOLDS", "REVERSED", "NO_EFFECT", "UNDERPOWERED", "verdict", "decision", "claim_rows",
-           "joint_family_benchmarks", "joint_family_rows", "adjust_families", "judge_claims", "claims_markdown", "source_text"]
+           "joint_family_benchmarks", "joint_family_rows", "adjust_families", "judge_claims", "claims_markdown", "source_text",
+           "query_differences", "query_level"]
