@@ -173,8 +173,9 @@ def load_benchmark(name_or_path: str | os.PathLike, config_dir: str | os.PathLik
 TRAINED_ALIKE = ("train.batch_size", "train.batch_by", "train.mask_same_image", "epoch cap",
                  "train.early_stopping.enabled", "train.early_stopping.patience", "train.early_stopping.min_delta",
                  "optim.schedule.name", "optim.schedule.plateau_drops", "optim.schedule.gamma")
-#: what names a run, not how it trains
-META_KEYS = frozenset({"name", "paper", "method", "dataset", "description", "train.seed"})
+#: what names a run or says where its inputs lie, not how it trains (``features.dir``: the same backbone's features
+#: in another folder are the same features)
+META_KEYS = frozenset({"name", "paper", "method", "dataset", "description", "train.seed", "features.dir"})
 #: the schedule settings each schedule reads (xmr/train/schedule.py); the others are inert under it
 SCHEDULE_READS = {"none": (), "step": ("step_epochs", "gamma"), "plateau": ("gamma", "plateau_drops"),
                   "cosine": ("min_lr",)}
