@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, run_xmr
+from conftest import REPO, run_xmr, run_xmr_process
 
 
 def _one_line_error(r: subprocess.CompletedProcess, command: str) -> str:
@@ -211,3 +211,32 @@ def test_train_threads_are_the_cores_given_never_more_than_the_cpus_there_are(ti
             check=True)
     assert json.loads((tmp_path / "run" / "train.json").read_text())["cpu_threads"] == len(os.sched_getaffinity(0))
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["threads"] == 64  # as asked
+
+
+def test_threads_sleep_while_they_wait_only_where_other_programs_hold_the_cores():
+    """2 threads on 2 CPUs: free (0.1 busy), they may spin; with 1.6 held by others, only 0.4 is free for 2
+    threads, so they wait asleep. One thread on 2 CPUs with one held: one free CPU, it may spin."""
+    from xmr.core.cpus import wait_policy_for
+
+    assert wait_policy_for(2, 0.1, 2) is None
+    assert wait_policy_for(2, 1.6, 2) == "PASSIVE"
+    assert wait_policy_for(None, 1.6, 2) == "PASSIVE"  # no --threads: one per CPU
+    assert wait_policy_for(1, 1.0, 2) is None
+    assert wait_policy_for(2, None, 2) is None  # nothing measured: OpenMP's default
+
+
+def test_a_training_started_beside_busy_programs_waits_asleep(tiny_synth, tmp_path):
+    """`xmr train` in a fresh process, on a machine two busy loops hold: its OpenMP threads sleep while they wait
+    (train.json records the policy it ran under)."""
+    import os
+    import sys
+
+    recipe = tiny_synth.recipe("vsepp", name="vsepp_busy")
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        run_xmr_process("train", "--config", recipe, "--out-dir", tmp_path / "run", "--threads", "2", "--no-progress",
+                        check=True)
+    finally:
+        for p in loops:
+            p.kill()
+    assert json.loads((tmp_path / "run" / "train.json").read_text())["omp_wait_policy"] == "PASSIVE"

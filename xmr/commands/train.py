@@ -58,11 +58,16 @@ def run(args):
 
     if args.threads is not None and args.threads < 1:
         raise XmrError(f"--threads {args.threads}: give a positive number of CPU threads")
-    # before torch (and its OpenMP) loads: threads that wait for each other sleep instead of spinning, so that a
-    # core another program holds does not stall every step (docs/pipeline.md). Once torch is loaded OpenMP has read
-    # its settings, and the variable would only leak into this process's later children: leave it alone then.
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # before torch (and its OpenMP) loads: on a machine other programs keep busy, threads that wait for each other
+    # sleep instead of spinning, so that a core another program holds does not stall every step (docs/pipeline.md).
+    # Once torch is loaded OpenMP has read its settings, and the variable would only leak into this process's later
+    # children: leave it alone then, and whenever the user set it.
+    if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
+        from xmr.core.cpus import available_cpus, busy_cpus, wait_policy_for
+
+        policy = wait_policy_for(args.threads, busy_cpus(), available_cpus())
+        if policy:
+            os.environ["OMP_WAIT_POLICY"] = policy
     if args.log:
         from xmr.core.progress import append_output_to
 

@@ -623,6 +623,7 @@ def summarize(run: TrainRun, state: TrainState, experiment: str) -> dict[str, An
             "best_epoch": state.best_epoch, "best_val_rsum": state.best_rsum,
             "epochs": cfg["train"]["epochs"], "mlflow_run_id": state.run_id, "experiment": experiment,
             "train_seconds": sum(r.get("seconds", 0) for r in state.history), "cpu_threads": torch.get_num_threads(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "default",
             **stopping.summary(state.stopping, len(state.history), run.settings.stopping),
             "val_similarity": state.best_val_similarity,
             "history": state.history}
