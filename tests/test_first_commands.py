@@ -226,17 +226,22 @@ def test_threads_sleep_while_they_wait_only_where_other_programs_hold_the_cores(
 
 
 def test_a_training_started_beside_busy_programs_waits_asleep(tiny_synth, tmp_path):
-    """`xmr train` in a fresh process, on a machine two busy loops hold: its OpenMP threads sleep while they wait
-    (train.json records the policy it ran under)."""
+    """`xmr train` in a fresh process, on a machine busy loops hold as it starts: its OpenMP threads sleep while they
+    wait (train.json records the policy it ran under). The loops stop after 3 s, well after the command has looked
+    (before it loads torch), so that they do not slow the rest of the suite."""
     import os
     import sys
+    import threading
 
     recipe = tiny_synth.recipe("vsepp", name="vsepp_busy")
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    stop = threading.Timer(3.0, lambda: [p.kill() for p in loops])
+    stop.start()
     try:
         run_xmr_process("train", "--config", recipe, "--out-dir", tmp_path / "run", "--threads", "2", "--no-progress",
                         check=True)
     finally:
+        stop.cancel()
         for p in loops:
             p.kill()
     assert json.loads((tmp_path / "run" / "train.json").read_text())["omp_wait_policy"] == "PASSIVE"
