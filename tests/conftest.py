@@ -320,8 +320,9 @@ INTEGRATION = Path(__file__).resolve().parent / "integration"
 LONGEST_FILES = ("integration/test_slurm_profile.py", "integration/test_dvc_pipeline.py",
                  "integration/test_concurrent_training.py", "test_benchmark_sanity.py", "test_kill_points.py",
                  "test_resume.py", "test_train_e2e.py", "test_docs.py", "test_ddp.py", "test_plugins.py",
+                 "integration/test_tiny_clip_synth.py", "test_paper_map.py", "test_first_commands.py",
                  "integration/test_snakemake_kill.py", "integration/test_own_dataset.py",
-                 "integration/test_mlflow_ui.py", "test_reproducibility.py")
+                 "integration/test_mlflow_ui.py", "test_reproducibility.py", "test_run_logs_status.py")
 
 
 def collection_rank(path: Path) -> int:
