@@ -65,7 +65,8 @@ def run(args):
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
         from xmr.core.cpus import available_cpus, busy_cpus, wait_policy_for
 
-        policy = wait_policy_for(args.threads, busy_cpus(), available_cpus())
+        # no --threads: torch takes one per CPU this process may use
+        policy = wait_policy_for(args.threads or available_cpus(), busy_cpus(), os.cpu_count() or 1)
         if policy:
             os.environ["OMP_WAIT_POLICY"] = policy
     if args.log:

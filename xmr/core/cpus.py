@@ -38,7 +38,8 @@ def busy_cpus(interval: float = 0.2) -> float | None:
 
 
 def wait_policy_for(threads: int | None, busy: float | None, cpus: int) -> str | None:
-    """OpenMP's wait policy for a job of ``threads`` threads on ``cpus`` CPUs of which ``busy`` are held by others:
+    """OpenMP's wait policy for a job of ``threads`` threads on a machine of ``cpus`` CPUs of which ``busy`` are held
+    by others (the machine's, not the job's allocation: on a cluster node other jobs' cores are not this job's):
     ``PASSIVE`` (threads that wait sleep) when the others leave fewer free CPUs than the job's threads, where a
     spinning thread would hold a core another program needs and every step would wait on it (measured on 2 cores
     with two busy loops beside a demo epoch: 48 s asleep, over 150 s spinning); None (OpenMP's default, a short
