@@ -8,6 +8,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MLFLOW_ENABLE_TELEMETRY := false
 CORES ?= 2
+# extra Snakemake flags for `make benchmark` (after a stop: --rerun-incomplete)
+SNAKEMAKE_ARGS ?=
 # one more worker than the 2 cores: the third runs while the others wait on the processes they start (2026-12-06)
 TEST_WORKERS ?= 3
 DEMO_TARGET ?= results/synth/dvse_demo.json results/synth/dvse_demo_fr.json
@@ -45,7 +47,7 @@ test: venv
 # The seeded benchmarks on synth and the ladders (docs/benchmark.md), then the docs sections generated from them and
 # the README's demo table
 benchmark: venv
-	$(BIN)/snakemake --cores $(CORES) results/synth/benchmark.md results/synth/dvse_sets.md results/synth/baselines.md \
+	$(BIN)/snakemake --cores $(CORES) $(SNAKEMAKE_ARGS) results/synth/benchmark.md results/synth/dvse_sets.md results/synth/baselines.md \
 		reports/synth/results_page.md reports/synth/readme_demo.md \
 		reports/synth/doc_ladders.md reports/synth/doc_dvse-sets.md reports/synth/doc_baselines.md
 

@@ -149,6 +149,23 @@ def test_show_reads_every_results_file_that_xmr_test_writes(tiny_synth_run, tmp_
     assert line.startswith(f"xmr show: error: {tmp_path / 'other.json'}: not a results file"), line
 
 
+def test_show_name_by_file_tells_apart_several_evaluations_of_one_run(tiny_synth_run, tmp_path):
+    """DivE Table 5's rows are one run scored with some set elements left out, each evaluated by `xmr test` (the
+    run's dataset, so with its extended positives and training columns): by recipe they would all read
+    `dvse_docs`; `--name-by file` names them by their files, re-rankers suffixed."""
+    rng = np.random.default_rng(1)
+    for row in ("all", "image_keep_0"):
+        np.save(tmp_path / f"{row}.npy", rng.random((12, 60), dtype=np.float32))
+        run_xmr("test", "--run", tiny_synth_run, "--sims", tmp_path / f"{row}.npy", "--no-tracking",
+                "--reranks", "none", "fr", "--out", tmp_path / "el" / f"{row}.json", check=True)
+    files = [tmp_path / "el" / "all.json", tmp_path / "el" / "image_keep_0.json"]
+    assert [r[1] for r in _table(run_xmr("show", *files, check=True).stdout)] == ["dvse_docs", "dvse_docs_fr"] * 2
+    rows = _table(run_xmr("show", *files, "--name-by", "file", check=True).stdout)
+    assert [r[1] for r in rows] == ["all", "all_fr", "image_keep_0", "image_keep_0_fr"]
+    doc = json.loads((tmp_path / "el" / "image_keep_0.json").read_text())["by_rerank"]["none"]
+    assert rows[2][10:13] == [f"{doc['extended'][d]['map_at_r']:.1f}" for d in ("i2t", "t2i")] + ["1"]
+
+
 def test_results_files_round_their_metrics_and_the_table_is_unchanged(tmp_path):
     """A 1,000 x 1,000 matrix (one caption per image) whose ranks are set by hand. Summed in floating point, its
     recalls 1.0 + 5.0 + 10.0 + 0.2 + 2.4 + 4.0 make RSUM 22.599999999999998; the results file says 22.6 (metrics

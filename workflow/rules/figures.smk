@@ -115,8 +115,6 @@ wildcard_constraints:
     mode="keep|drop",
     index="[0-9]+",
 
-from xmr.config.loader import load_dataset_config
-
 # the rows of DivE Table 5 for K = 4: only S(i) for each element, and all but S^V(2), on each side
 TABLE5 = [f"{side}_keep_{i}" for side in ("image", "caption") for i in range(4)] + ["image_drop_1"]
 
@@ -147,8 +145,6 @@ rule evaluate_elements:
         "results/{dataset}/elements/{run}/{row}.json",
     wildcard_constraints:
         row="all|(image|caption)_(keep|drop)_[0-9]+",
-    params:
-        protocol=lambda wc: load_dataset_config(wc.dataset)["protocols"][0],  # the dataset's headline protocol
     log:
         "logs/evaluate/{dataset}_elements_{run}_{row}.log",
     resources:
@@ -156,7 +152,8 @@ rule evaluate_elements:
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} evaluate --sims {input} --protocol {params.protocol} --out {output} > {log} 2>&1"
+        "{XMR} test --run runs/{wildcards.dataset}/{wildcards.run} --sims {input} --no-tracking --out {output}"
+        " > {log} 2>&1"
 
 
 ruleorder: evaluate_elements > evaluate
@@ -174,7 +171,7 @@ rule elements_table:
         runtime=res("light", "runtime"),
         cpus_per_task=res("light", "cpus_per_task"),
     shell:
-        "{XMR} show {input} --out {output} > {log} 2>&1"
+        "{XMR} show {input} --name-by file --out {output} > {log} 2>&1"
 
 
 rule set_statistics_table:

@@ -17,6 +17,9 @@ def add_arguments(p):
     p.add_argument("--set-statistics", action="store_true",
                    help="the results files' set statistics instead of their metrics: K, the sub-embeddings' mean "
                         "cosine (DVSE Fig. 6) and circular variance (DivE Table 3 right), of images, captions, residuals")
+    p.add_argument("--name-by", choices=["target", "file"], default="target",
+                   help="name each row by its run's recipe (default) or by its results file's name: several "
+                        "evaluations of one run, such as DivE Table 5's rows (results/DATASET/elements/RUN/*.json)")
     p.add_argument("--out", help="also write the table to this file (e.g. the README's demo section)")
     p.add_argument("--expect", metavar="FILE#SECTION",
                    help="compare each row's RSUM with the table of a generated section of FILE (README.md#demo-synth, "
@@ -108,7 +111,7 @@ def run(args):
     folders = {p: runs_below(p) for p in args.results if p not in runs}
     folders = {p: below for p, below in folders.items() if below}
     results = [p for p in args.results if p not in runs and p not in folders]
-    rows = result_rows(expand_folders(results)) if results else []
+    rows = result_rows(expand_folders(results), name_by=args.name_by) if results else []
     parts = [table(rows)] if results else []
     for r in runs:
         line, rows = run_history(r)
@@ -127,7 +130,7 @@ def run(args):
         if not section or not results:
             raise XmrError(f"--expect {args.expect}: give FILE#SECTION (README.md#demo-synth) and results files")
         expected = table_rsums(read_section(readme, section), f"{readme}#{section}")
-        print(check_rsums(result_rows(expand_folders(results)), expected, args.rsum_tolerance, f"{readme}#{section}"))
+        print(check_rsums(result_rows(expand_folders(results), name_by=args.name_by), expected, args.rsum_tolerance, f"{readme}#{section}"))
     if args.out:
         from xmr.core.io import atomic_path
 

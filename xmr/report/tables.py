@@ -109,22 +109,31 @@ def _is_compact(metrics: Any) -> bool:
     return isinstance(metrics, dict) and isinstance(metrics.get("i2t"), dict) and isinstance(metrics.get("t2i"), dict)
 
 
-def results_in(path: str | os.PathLike) -> list[tuple[str, dict]]:
+#: how :func:`results_in` names a row: by the run's recipe (``target``) or by the results file (``file``: several
+#: evaluations of one run, as DivE Table 5's element rows)
+NAME_BY = ("target", "file")
+
+
+def results_in(path: str | os.PathLike, name_by: str = "target") -> list[tuple[str, dict]]:
     """``(target, results)`` for each evaluation a results file holds (:func:`results_kind`): the file itself, each
     re-ranker of a ``by_rerank`` file (with the run's identity), or a compact file's protocols (named by the file,
     ``dvse_fr.metrics.json`` -> ``dvse_fr``). A file of no run (``xmr evaluate --out M.json``) is named by the file
-    too. A file of any other kind is a one-line error naming it."""
+    too, and so is every file with ``name_by="file"``. A file of any other kind is a one-line error naming it."""
     from xmr.core.errors import XmrError
 
     doc = read_json(path)
     kind = results_kind(doc)
     name = Path(path).name.removesuffix(".json").removesuffix(".metrics")
+
+    def row_name(result: dict) -> str:
+        return _with_rerank(name, result.get("rerank")) if name_by == "file" else _run_target(result, name)
+
     if kind == "results":
-        return [(_target(doc, name), doc)]
+        return [(row_name(doc), doc)]
     if kind == "by_rerank":
         identity = {k: v for k, v in doc.items() if k != "by_rerank"}
         runs = [{**identity, **res, "rerank": rerank} for rerank, res in _plain_first(doc["by_rerank"])]
-        return [(_target(r, name), r) for r in runs]
+        return [(row_name(r), r) for r in runs]
     if kind == "metrics":
         return [(name, {"protocol": next(iter(doc)), "protocols": doc})]
     if kind == "metrics_by_rerank":
@@ -135,7 +144,7 @@ def results_in(path: str | os.PathLike) -> list[tuple[str, dict]]:
                    f"and their .metrics.json, and what xmr evaluate / xmr test write with --out / --metrics-out")
 
 
-def _target(result: dict, name: str) -> str:
+def _run_target(result: dict, name: str) -> str:
     """A row's name: the run's recipe with its re-ranker (``dvse_fr``), or the file's name for a file of no run."""
     return _with_rerank(result["recipe"], result.get("rerank")) if "recipe" in result else name
 
@@ -150,12 +159,12 @@ def _plain_first(by_rerank: dict) -> list[tuple[str, Any]]:
 
 
 def result_rows(paths: Iterable[str | os.PathLike], runs_root: str | os.PathLike = RUNS_ROOT,
-                all_protocols: bool = False) -> list[dict]:
+                all_protocols: bool = False, name_by: str = "target") -> list[dict]:
     """One row per evaluation of each results file (:func:`results_in`: a ``--reranks`` file gives one per
     re-ranker) at its headline protocol, or per evaluation x protocol with ``all_protocols``."""
     rows = []
     for p in paths:
-        for target, r in results_in(p):
+        for target, r in results_in(p, name_by):
             rerank = r.get("rerank", "none") or "none"
             secs = train_seconds(run_dir_of(r, runs_root)) if "recipe" in r and "dataset" in r else None
             protocols = r.get("protocols") or {r["protocol"]: r}
