@@ -35,7 +35,7 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 60.0
-RSUM_TOLERANCE = 8.0  # the README's cross-CPU tolerance: the widest gap between the tables of 18 kernel pins (7.3)
+RSUM_TOLERANCE = 8.0  # the README's cross-CPU tolerance: the widest gap between the tables of 18 kernel pins (7.7; 7.3 on the earlier test split)
 #: each library's instruction sets in the grid: ATen's vectorised ops (``default`` is its build without AVX), oneDNN's
 #: convolutions and MKL's GEMM (``compatible`` is its generic code, which it may also take on a non-Intel CPU)
 ATEN = {"avx512": "avx512", "avx2": "avx2", "default": "default"}
