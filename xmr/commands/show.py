@@ -130,7 +130,8 @@ def run(args):
         if not section or not results:
             raise XmrError(f"--expect {args.expect}: give FILE#SECTION (README.md#demo-synth) and results files")
         expected = table_rsums(read_section(readme, section), f"{readme}#{section}")
-        print(check_rsums(result_rows(expand_folders(results), name_by=args.name_by), expected, args.rsum_tolerance, f"{readme}#{section}"))
+        print(check_rsums(result_rows(expand_folders(results), name_by=args.name_by), expected, args.rsum_tolerance,
+                          f"{readme}#{section}"))
     if args.out:
         from xmr.core.io import atomic_path
 

@@ -109,16 +109,12 @@ def _is_compact(metrics: Any) -> bool:
     return isinstance(metrics, dict) and isinstance(metrics.get("i2t"), dict) and isinstance(metrics.get("t2i"), dict)
 
 
-#: how :func:`results_in` names a row: by the run's recipe (``target``) or by the results file (``file``: several
-#: evaluations of one run, as DivE Table 5's element rows)
-NAME_BY = ("target", "file")
-
-
 def results_in(path: str | os.PathLike, name_by: str = "target") -> list[tuple[str, dict]]:
     """``(target, results)`` for each evaluation a results file holds (:func:`results_kind`): the file itself, each
     re-ranker of a ``by_rerank`` file (with the run's identity), or a compact file's protocols (named by the file,
     ``dvse_fr.metrics.json`` -> ``dvse_fr``). A file of no run (``xmr evaluate --out M.json``) is named by the file
-    too, and so is every file with ``name_by="file"``. A file of any other kind is a one-line error naming it."""
+    too, and so is every file with ``name_by="file"`` (several evaluations of one run, as DivE Table 5's element
+    rows). A file of any other kind is a one-line error naming it."""
     from xmr.core.errors import XmrError
 
     doc = read_json(path)
@@ -126,7 +122,7 @@ def results_in(path: str | os.PathLike, name_by: str = "target") -> list[tuple[s
     name = Path(path).name.removesuffix(".json").removesuffix(".metrics")
 
     def row_name(result: dict) -> str:
-        return _with_rerank(name, result.get("rerank")) if name_by == "file" else _run_target(result, name)
+        return _with_rerank(name, result.get("rerank")) if name_by == "file" else _target(result, name)
 
     if kind == "results":
         return [(row_name(doc), doc)]
@@ -144,7 +140,7 @@ def results_in(path: str | os.PathLike, name_by: str = "target") -> list[tuple[s
                    f"and their .metrics.json, and what xmr evaluate / xmr test write with --out / --metrics-out")
 
 
-def _run_target(result: dict, name: str) -> str:
+def _target(result: dict, name: str) -> str:
     """A row's name: the run's recipe with its re-ranker (``dvse_fr``), or the file's name for a file of no run."""
     return _with_rerank(result["recipe"], result.get("rerank")) if "recipe" in result else name
 
