@@ -18,6 +18,8 @@ def add_arguments(p):
     p.add_argument("--ranks-out", metavar="R.npz",
                    help="also each query's rank of its first positive (headline protocol, per re-ranker) and the "
                         "split's subset masks: what the seeded benchmark's query-level test reads")
+    p.add_argument("--dataset", help="the matrix is of another dataset's test split (`xmr score --dataset`): its "
+                                     "protocols, `trained_on` in the results; nothing logged to MLflow")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
 
 
@@ -34,10 +36,10 @@ def run(args):
         if args.rerank or args.rerank_param:
             raise XmrError("--reranks evaluates each re-ranker with its defaults; drop --rerank/--rerank-param")
         res = evaluate_run_many(args.run, args.sims, args.reranks, track=not args.no_tracking,
-                                keep_ranks=bool(args.ranks_out))
+                                keep_ranks=bool(args.ranks_out), dataset=args.dataset)
         _write_ranks(args.ranks_out, res)
         write_results(res, args.out, args.metrics_out)
-        print(f"{res['recipe']}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
+        print(f"{_who(res)}: " + ", ".join(f"{k} RSUM {v['rsum']:.1f}" for k, v in res["by_rerank"].items()))
         return
     from xmr.config.loader import parse_assignments
 
@@ -48,11 +50,11 @@ def run(args):
         except ValueError:  # a path (qbnorm's bank_i2t / bank_t2i); the re-ranker checks it
             params[k] = v
     res = evaluate_run(args.run, args.sims, args.rerank, params, track=not args.no_tracking,
-                       keep_ranks=bool(args.ranks_out))
+                       keep_ranks=bool(args.ranks_out), dataset=args.dataset)
     _write_ranks(args.ranks_out, res)
     write_results(res, args.out, args.metrics_out)
     i, t = res["i2t"], res["t2i"]
-    print(f"{res['recipe']} [{res['protocol']}, rerank={res['rerank']}]  "
+    print(f"{_who(res)} [{res['protocol']}, rerank={res['rerank']}]  "
           f"i2t R@1/5/10 {i['r1']:.1f}/{i['r5']:.1f}/{i['r10']:.1f}  "
           f"t2i R@1/5/10 {t['r1']:.1f}/{t['r5']:.1f}/{t['r10']:.1f}  RSUM {res['rsum']:.1f}")
 
@@ -62,3 +64,8 @@ def _write_ranks(path, res) -> None:
         from xmr.run.results import write_query_ranks
 
         write_query_ranks(path, res)  # pops the arrays: the JSON gets none
+
+
+def _who(res) -> str:
+    """The recipe, and the dataset it was evaluated on when that is not the one it was trained on."""
+    return res["recipe"] + (f" on {res['dataset']} (trained on {res['trained_on']})" if "trained_on" in res else "")

@@ -114,14 +114,19 @@ def load_trained(run_dir: str | os.PathLike, device: str | torch.device = "cpu",
 
 
 def score_split(run_dir: str | os.PathLike, split: str | None = None, device: str = "auto",
-                progress: bool = True, select_elements: Callable | None = None) -> tuple[np.ndarray, dict]:
+                progress: bool = True, select_elements: Callable | None = None,
+                dataset: str | None = None) -> tuple[np.ndarray, dict]:
     """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split).
     ``select_elements(images, captions) -> (images, captions)`` leaves set elements out of the similarity (DivE
-    Table 5, ``xmr score --image-elements``); the gallery cache and set statistics keep the whole sets."""
+    Table 5, ``xmr score --image-elements``); the gallery cache and set statistics keep the whole sets.
+    ``dataset``: another dataset's split (:func:`xmr.run.config.on_dataset`); the run directory's gallery cache and
+    set statistics are its own dataset's, so none is written."""
+    from xmr.run.config import on_dataset
     from xmr.run.gallery_cache import write_gallery
 
     dev = resolve_device(device)
-    model, cfg = load_trained(run_dir, dev)
+    model, own = load_trained(run_dir, dev)
+    cfg = on_dataset(own, dataset)
     split = split or cfg["dataset_cfg"]["test_split"]
     settings = run_settings(cfg)
     data, feats = load_split_images(settings.image, settings.dataset_config, split)
@@ -133,6 +138,10 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     dt = time.time() - t0
     log_line(f"score {split}", images=len(img), captions=len(cap), seconds=dt,
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
+    info = {"split": split, "dataset": cfg["dataset"], "num_images": data.num_images,
+            "num_captions": data.num_captions, "image_labels": data.image_labels}
+    if cfg is not own:
+        return sims, info
     write_gallery(run_dir, settings, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
     if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
         from xmr.run.gallery_cache import write_set_statistics
@@ -140,8 +149,7 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
         stats = compute_set_statistics(model, settings.image.max_regions, settings.validation.batch_size, data, feats,
                                        dev, img, cap)
         write_set_statistics(run_dir, settings, split, stats)
-    return sims, {"split": split, "num_images": data.num_images, "num_captions": data.num_captions,
-                  "image_labels": data.image_labels}
+    return sims, info
 
 
 @torch.no_grad()

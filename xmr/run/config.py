@@ -146,6 +146,20 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
     return cfg
 
 
+def on_dataset(cfg: dict, dataset: str | None) -> dict:
+    """The resolved run config ``cfg`` pointed at another dataset's test split (``xmr score``/``xmr test --dataset``):
+    ``dataset`` is a name (``config/datasets/NAME.yaml``, from ``$XMR_CONFIG_DIR`` or ./config) or a YAML path. The
+    model, vocabulary and feature folder stay the run's; the images' features are read from
+    ``{features.dir}/{dataset}/{backbone}/``, the protocols are the dataset's own (a recipe's ``eval.protocols`` name
+    its training dataset's). ``None`` or the run's own dataset: ``cfg`` unchanged."""
+    if dataset is None or dataset == cfg["dataset"]:
+        return cfg
+    other = load_dataset_config(dataset, find_config_dir(Path.cwd()))
+    if other["name"] == cfg["dataset"]:
+        return cfg
+    return {**cfg, "dataset": other["name"], "dataset_cfg": other, "eval": {**cfg["eval"], "protocols": []}}
+
+
 def command_line_epochs(cfg: dict, overrides: list[str]) -> str | None:
     """``--set train.epochs=N`` on a run whose stopping rule caps epochs with ``early_stopping.max_epochs``: the
     setting wins (the user asked for N epochs; the rule may still stop earlier), so the cap becomes N, in ``cfg``

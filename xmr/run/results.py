@@ -17,21 +17,24 @@ from xmr.run.tracking import Tracker, metrics_to_flat
 
 def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, rerank: str | None = None,
                  rerank_params: dict[str, float] | None = None, track: bool = True,
-                 keep_ranks: bool = False) -> dict[str, Any]:
+                 keep_ranks: bool = False, dataset: str | None = None) -> dict[str, Any]:
     """Results dict: the headline protocol's metrics at top level, all protocols under ``protocols``, the
     spread of the (plain) test matrix (``similarity_spread``, xmr/evaluation/spread.py) and, for a set method, how
     far apart its sub-embeddings are on the test split (``set_statistics``, xmr/evaluation/set_stats.py).
     ``keep_ranks=True`` adds ``query_ranks``: the headline protocol's per-query ranks and the split's subset masks
-    (arrays, for :func:`write_query_ranks`; not JSON)."""
+    (arrays, for :func:`write_query_ranks`; not JSON). ``dataset``: ``sims`` is of another dataset's test split
+    (:func:`xmr.run.config.on_dataset`); the results file says so (``trained_on``), and MLflow, whose test metrics
+    are the run's own dataset's, gets nothing."""
     from xmr.evaluation import evaluate_sims, get_protocol
     from xmr.evaluation.extended import positives_from_caption_lists
     from xmr.run.gallery_cache import read_set_statistics
     from xmr.evaluation.spread import similarity_spread
-    from xmr.run.config import load_saved_config  # imports the methods (their schemas): not at module level
+    from xmr.run.config import load_saved_config, on_dataset  # imports the methods (their schemas): not at module level
     from xmr.settings.run_settings import run_settings
 
     run_dir = Path(run_dir)
-    cfg = load_saved_config(run_dir)
+    own = load_saved_config(run_dir)
+    cfg = on_dataset(own, dataset)
     settings = run_settings(cfg)
     if not Path(sims_path).exists():
         raise XmrError(f"{sims_path}: similarity matrix not found; run `xmr score --run {run_dir}` first")
@@ -90,6 +93,8 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
               "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id"),
               "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
               **{k: train_info.get(k) for k in TRAINING_KEYS}}
+    if cfg is not own:
+        result["trained_on"], track = own["dataset"], False
     # written by `xmr score` for set methods
     set_stats = read_set_statistics(run_dir, settings, ds["test_split"])
     if set_stats is not None:
@@ -131,14 +136,16 @@ def _validation_scale(rerank: str, train_info: dict, run_dir: Path) -> dict[str,
 
 
 def evaluate_run_many(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reranks: list[str],
-                      track: bool = True, keep_ranks: bool = False) -> dict[str, Any]:
+                      track: bool = True, keep_ranks: bool = False, dataset: str | None = None) -> dict[str, Any]:
     """One results dict per re-ranker (``none`` = plain) of the same run: ``{"by_rerank": {name: result}}`` plus
     the run's identity (what the seeded benchmark stores per run); ``keep_ranks``: each one's ``query_ranks``."""
-    by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track, keep_ranks) for r in reranks}
+    by = {r: evaluate_run(run_dir, sims_path, None if r == "none" else r, None, track, keep_ranks, dataset)
+          for r in reranks}
     first = by[reranks[0]]
     keys = ("dataset", "recipe", "method", "backbone", "best_epoch", "mlflow_run_id", "protocol",
             "similarity_spread", "set_statistics", *TRAINING_KEYS)
-    return {**{k: first.get(k) for k in keys}, "by_rerank": by}
+    transfer = {"trained_on": first["trained_on"]} if "trained_on" in first else {}
+    return {**{k: first.get(k) for k in keys}, **transfer, "by_rerank": by}
 
 
 def write_query_ranks(path: str | os.PathLike, result: dict) -> None:
