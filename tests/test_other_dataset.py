@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,3 +76,15 @@ def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, 
     assert line.returncode == 2 and not (cwd / "x.npy").exists()
     assert line.stderr.strip().startswith("xmr score: error: dataset 'nosuch': no config/datasets/nosuch.yaml; "
                                           "known datasets: synth, synth_copy, synth_dev"), line.stderr
+
+
+def test_the_tables_find_the_run_under_the_dataset_it_was_trained_on():
+    """A results file of `xmr test --dataset synth_dev` names the dataset it was evaluated on; its training time
+    (the summary's `train (min)`) is read from the run, which lies under the dataset it was trained on."""
+    from xmr.report.tables import run_dir_of
+
+    assert run_dir_of({"recipe": "dvse_demo", "dataset": "synth_dev", "trained_on": "synth"}) == \
+        Path("runs/synth/dvse_demo")
+    assert run_dir_of({"recipe": "dvse.dvse.s2", "dataset": "synth_dev", "trained_on": "synth"}) == \
+        Path("runs/synth/bench/dvse/dvse/s2")
+    assert run_dir_of({"recipe": "dvse_demo", "dataset": "synth"}) == Path("runs/synth/dvse_demo")

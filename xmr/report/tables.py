@@ -33,16 +33,17 @@ SUMMARY_COLUMNS = ["target", "method", "protocol", *RECALLS, "RSUM", "train (min
 
 def run_dir_of(result: dict, runs_root: str | os.PathLike = RUNS_ROOT) -> Path:
     """The run directory a results file was computed from: ``run_dir`` when the file records it, else the run key
-    its run name gives (``{recipe}``, ``{experiment}.{variant}``, ``{benchmark}.{variant}.s{seed}``)."""
+    its run name gives (``{recipe}``, ``{experiment}.{variant}``, ``{benchmark}.{variant}.s{seed}``) under the dataset
+    it was trained on (``trained_on`` when it was evaluated on another, ``xmr test --dataset``)."""
     if result.get("run_dir"):
         return Path(result["run_dir"])
-    parts = str(result["recipe"]).split(".")
+    parts, dataset = str(result["recipe"]).split("."), result.get("trained_on") or result["dataset"]
     if len(parts) == 3 and parts[2][:1] == "s" and parts[2][1:].isdigit():
-        key = RunKey.benchmark(result["dataset"], parts[0], parts[1], int(parts[2][1:]))
+        key = RunKey.benchmark(dataset, parts[0], parts[1], int(parts[2][1:]))
     elif len(parts) == 2:
-        key = RunKey.experiment(result["dataset"], parts[0], parts[1])
+        key = RunKey.experiment(dataset, parts[0], parts[1])
     else:
-        key = RunKey.recipe(result["dataset"], parts[0])
+        key = RunKey.recipe(dataset, parts[0])
     return key.run_dir(runs_root)
 
 
