@@ -63,6 +63,10 @@ def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, 
     assert out.startswith("dvse_docs on synth_dev (trained on synth) [plain, rerank=none]"), out
     res = json.loads((cwd / "dev.json").read_text())
     assert (res["dataset"], res["trained_on"], res["recipe"]) == ("synth_dev", "synth", "dvse_docs")
+    # DVSE's set statistics on synth_dev's test images, stored beside the run's own; the own ones stay its test split's
+    assert res["set_statistics"]["split"] == "test" and (run / "set_stats_synth_dev_test.json").is_file()
+    own = json.loads((run / "set_stats_test.json").read_text())
+    assert own["key"] != json.loads((run / "set_stats_synth_dev_test.json").read_text())["key"]
     # the recalls of the matrix against synth_dev's own pairing (image i's captions 5i..5i+4), as `xmr evaluate`
     # computes them from the matrix alone
     run_xmr("evaluate", "--sims", cwd / "dev.npy", "--protocol", "plain", "--out", cwd / "plain.json", check=True)

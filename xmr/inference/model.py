@@ -119,8 +119,8 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
     """Similarity matrix (images x captions) of a trained run on ``split`` (default: the test split).
     ``select_elements(images, captions) -> (images, captions)`` leaves set elements out of the similarity (DivE
     Table 5, ``xmr score --image-elements``); the gallery cache and set statistics keep the whole sets.
-    ``dataset``: another dataset's split (:func:`xmr.run.config.on_dataset`); the run directory's gallery cache and
-    set statistics are its own dataset's, so none is written."""
+    ``dataset``: another dataset's split (:func:`xmr.run.config.on_dataset`); the run directory's gallery cache is
+    its own dataset's, so none is written, and the set statistics are stored under that dataset's name."""
     from xmr.run.config import on_dataset
     from xmr.run.gallery_cache import write_gallery
 
@@ -140,15 +140,15 @@ def score_split(run_dir: str | os.PathLike, split: str | None = None, device: st
              items_per_s=(len(img) + len(cap)) / max(dt, 1e-9))
     info = {"split": split, "dataset": cfg["dataset"], "num_images": data.num_images,
             "num_captions": data.num_captions, "image_labels": data.image_labels}
-    if cfg is not own:
-        return sims, info
-    write_gallery(run_dir, settings, split, data, img.numpy(), cap.numpy())  # for xmr search / encode_split / xmr test
+    other = None if cfg is own else cfg["dataset"]
+    if other is None:  # for xmr search / encode_split / xmr test
+        write_gallery(run_dir, settings, split, data, img.numpy(), cap.numpy())
     if img.ndim == 3:  # a set method: how far apart its sub-embeddings are (xmr evaluate copies it into the results)
         from xmr.run.gallery_cache import write_set_statistics
 
         stats = compute_set_statistics(model, settings.image.max_regions, settings.validation.batch_size, data, feats,
                                        dev, img, cap)
-        write_set_statistics(run_dir, settings, split, stats)
+        write_set_statistics(run_dir, settings, split, stats, other)
     return sims, info
 
 

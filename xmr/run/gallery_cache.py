@@ -10,7 +10,9 @@ makes the cache stale. Large files' digests are themselves cached by size and mt
 so checking the key costs milliseconds. No torch here: ``xmr test`` reads the cache without it.
 
 Beside it, ``xmr score`` stores a set method's set statistics of the split (``{run_dir}/set_stats_{split}.json``,
-xmr/evaluation/set_stats.py), keyed the same way; ``xmr test`` copies them into the results file.
+xmr/evaluation/set_stats.py), keyed the same way; ``xmr test`` copies them into the results file. Scored on another
+dataset's split (``--dataset``), the run writes no gallery (it is its own dataset's) and its set statistics as
+``set_stats_{dataset}_{split}.json``.
 """
 
 from __future__ import annotations
@@ -110,21 +112,23 @@ def write_gallery(run_dir: str | os.PathLike, settings: RunSettings, split: str,
     return path
 
 
-def set_statistics_file(run_dir: str | os.PathLike, split: str) -> Path:
-    """``{run_dir}/set_stats_{split}.json``: what ``xmr score`` measured of a set method's sub-embeddings on ``split``."""
-    return Path(run_dir) / f"set_stats_{split}.json"
+def set_statistics_file(run_dir: str | os.PathLike, split: str, other_dataset: str | None = None) -> Path:
+    """``{run_dir}/set_stats_{split}.json``: what ``xmr score`` measured of a set method's sub-embeddings on ``split``
+    (``set_stats_{other_dataset}_{split}.json``: on another dataset's split, ``xmr score --dataset``)."""
+    return Path(run_dir) / f"set_stats_{other_dataset + '_' if other_dataset else ''}{split}.json"
 
 
 def write_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str,
-                         stats: dict[str, Any]) -> Path | None:
+                         stats: dict[str, Any], other_dataset: str | None = None) -> Path | None:
     """Store ``stats`` keyed like the gallery cache (checkpoint, config, the split's inputs), atomically; None (and
-    nothing written) when the key cannot be made or the run directory is read-only."""
+    nothing written) when the key cannot be made or the run directory is read-only. ``other_dataset``: ``settings``
+    are of another dataset than the run's (:func:`xmr.run.config.on_dataset`)."""
     from xmr.core.io import write_json
 
     key = cache_key(run_dir, settings, split)
     if key is None:
         return None
-    path = set_statistics_file(run_dir, split)
+    path = set_statistics_file(run_dir, split, other_dataset)
     try:
         write_json(path, {"key": key, "split": split, **stats})
     except (OSError, XmrError):
@@ -132,11 +136,13 @@ def write_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, spli
     return path
 
 
-def read_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str) -> dict[str, Any] | None:
-    """The set statistics ``xmr score`` stored for ``split``, or None when missing or stale (another checkpoint)."""
+def read_set_statistics(run_dir: str | os.PathLike, settings: RunSettings, split: str,
+                        other_dataset: str | None = None) -> dict[str, Any] | None:
+    """The set statistics ``xmr score`` stored for ``split`` (of ``other_dataset``, when given), or None when
+    missing or stale (another checkpoint)."""
     from xmr.core.io import read_json
 
-    path = set_statistics_file(run_dir, split)
+    path = set_statistics_file(run_dir, split, other_dataset)
     key = cache_key(run_dir, settings, split)
     if key is None or not path.is_file():
         return None

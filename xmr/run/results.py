@@ -93,10 +93,11 @@ def evaluate_run(run_dir: str | os.PathLike, sims_path: str | os.PathLike, reran
               "best_epoch": train_info.get("best_epoch"), "mlflow_run_id": train_info.get("mlflow_run_id"),
               "similarity_spread": similarity_spread(sims, ds["captions_per_image"]),
               **{k: train_info.get(k) for k in TRAINING_KEYS}}
-    if cfg is not own:
+    other = None if cfg is own else cfg["dataset"]
+    if other is not None:
         result["trained_on"], track = own["dataset"], False
     # written by `xmr score` for set methods
-    set_stats = read_set_statistics(run_dir, settings, ds["test_split"])
+    set_stats = read_set_statistics(run_dir, settings, ds["test_split"], other)
     if set_stats is not None:
         result["set_statistics"] = set_stats
     if track and cfg.get("tracking", {}).get("enabled", True) and train_info.get("mlflow_run_id"):
