@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from xmr.core.errors import XmrError
-from xmr.text.hglmm import (HGLMMModel, HybridMixture, default_settings, fit_hglmm, load_text_feature_settings,
-                            read_vectors, transform_captions)
+from xmr.text.hglmm import (HGLMMModel, default_settings, fit_hglmm, load_text_feature_settings, read_vectors,
+                            transform_captions)
+from xmr.text.hybrid_mixture import HybridMixture
 
 # -- a 1-D, 2-component mixture: component 0 Gaussian N(0, 1), component 1 Laplacian(m=2, s=0.5) -------------
 W0, W1 = 0.6, 0.4
