@@ -94,7 +94,7 @@ def vse_inf_model(vocab_words: list[str]):
     import torch
 
     from xmr.run.config import load_run_config
-    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.train.step import TrainForward, TrainStep, build_optimizer
     from xmr.inference.model import model_from_config
     from xmr.settings.run_settings import run_settings
     from xmr.core.utils import seed_everything

@@ -8,7 +8,7 @@ process, on the same data, shapes and dtype. Target: xmr no slower than the refe
 Variants (all on the same seeded random batches, cycled; warm-up steps excluded):
 
 - ``xmr``: the model from ``--config`` (default ``config/recipes/coco/vse_inf.yaml``, through ``xmr.config.loader`` and
-  ``METHODS``) and the trainer's own step (``TrainStep`` in ``xmr/train/trainer.py``): lr schedule, both encoders in one
+  ``METHODS``) and the trainer's own step (``TrainStep`` in ``xmr/train/step.py``): lr schedule, both encoders in one
   forward under autocast, ``compute_loss`` (hardest negative, as after the warm-up epoch), finiteness check,
   backward, ``clip_grad_norm_`` 2.0, AdamW step, ``loss.item()``. VSE∞'s training augmentations (region drop 0.2,
   caption token augmentation 0.2) run inside this step, as in the trainer.
@@ -93,7 +93,8 @@ from xmr.core.errors import XmrError  # noqa: E402
 from xmr.core.reproducibility import use_deterministic_algorithms  # noqa: E402
 from xmr.text.vocab import SPECIALS, UNK  # noqa: E402
 from xmr.inference.loaders import PairCollate  # noqa: E402
-from xmr.train.trainer import TrainForward, TrainStep, build_optimizer, host_sync_every  # noqa: E402
+from xmr.train.step import TrainForward, TrainStep, build_optimizer  # noqa: E402
+from xmr.train.trainer import host_sync_every  # noqa: E402
 from xmr.inference.model import model_from_config  # noqa: E402
 from xmr.settings.run_settings import run_settings  # noqa: E402
 from xmr.core.utils import resolve_device, seed_everything, tune_cpu_allocator  # noqa: E402
@@ -318,7 +319,7 @@ def build_xmr(name: str, args, cfg: dict, vocab_words: list[str], samples_list, 
     optimizer = build_optimizer(model, cfg["optim"], fused=device.type == "cuda")  # as the trainer builds it
     use_amp, amp_dtype = amp_settings(cfg, device, args.amp)
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
-    # the trainer's own step (xmr/train/trainer.py TrainStep); single process: the trainer's ctx.wrap is the identity
+    # the trainer's own step (xmr/train/step.py TrainStep); single process: the trainer's ctx.wrap is the identity
     stepper = TrainStep(model, TrainForward(model), optimizer, scaler, run_settings(cfg), cfg["optim"]["grad_clip"],
                         device, use_amp, amp_dtype)
     stepper.check_finite = host_sync_every(device) == 1  # as in train(): no host read of the loss per step on CUDA

@@ -120,7 +120,7 @@ def _tiny(tiny_synth, method: str, **sections):
 def test_each_image_is_encoded_once_for_all_of_its_captions(tiny_synth):
     """Training mode with the region drop at p = 0.5 and dropout: the image side of the forward is one encoding
     of each distinct image, repeated for its captions (per-pair encodings would each draw their own drop)."""
-    from xmr.train.trainer import TrainForward
+    from xmr.train.step import TrainForward
 
     model, _ = _tiny(tiny_synth, "dive", model={"num_embeds": 2, "iterations": 1, "heads": 2, "dim_head": 4,
                                                 "size_augment": {"mode": "region", "p": 0.5}})

@@ -175,7 +175,7 @@ def test_pvse_training_steps_give_the_reference_loss_and_parameters(tmp_path, on
     in both (the README command's default); the word vectors are frozen in both (no --txt_finetune); the 4
     images are distinct, so which same-image captions are masked does not arise. AMSGrad (optim.amsgrad, set by
     the recipe as the code) equals Adam on these two steps: its max only acts once a second moment decreases."""
-    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.train.step import TrainForward, TrainStep, build_optimizer
 
     ref = torch.load(FIX / "tiny_step.pt", weights_only=True)
     model, _, cfg = imported_model(tmp_path, FIX / "tiny_k2.pth", {"image_input": "features"})
@@ -209,7 +209,7 @@ def test_pvse_training_steps_give_the_reference_loss_and_parameters(tmp_path, on
 
 
 def test_optim_amsgrad_option(tmp_path):
-    from xmr.train.trainer import build_optimizer
+    from xmr.train.step import build_optimizer
 
     model, _, cfg = imported_model(tmp_path, FIX / "tiny_k2.pth", {"image_input": "features"})
     assert all(g["amsgrad"] for g in build_optimizer(model, cfg["optim"]).param_groups)

@@ -116,7 +116,7 @@ def test_one_training_step_equals_the_reference(run_dir, mode):
     """xmr's TrainStep from the imported weights, with the reference's settings: AdamW at torch's default weight
     decay 0.01, lr 5e-4, clip 2, only the diagonal masked (two captions of image 0 are in the batch), augmentation
     off (the reference augments in its data loader, outside train_emb). ``sum`` is the warm-up epoch (VSE0)."""
-    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.train.step import TrainForward, TrainStep, build_optimizer
 
     torch.manual_seed(0)
     _, cfg = load_trained(run_dir)

@@ -117,7 +117,7 @@ def test_caption_dropout_is_off_in_eval_mode_and_at_zero(tiny_synth):
 
 def _groups(model, cfg) -> dict[str, tuple[float, set[str]]]:
     """The trainer's optimizer groups as {group name: (lr, parameter names)}."""
-    from xmr.train.trainer import build_optimizer
+    from xmr.train.step import build_optimizer
 
     names = {id(p): n for n, p in model.named_parameters()}
     opt = build_optimizer(model, cfg["optim"])

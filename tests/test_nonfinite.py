@@ -71,7 +71,7 @@ def test_deferred_check_on_a_device_that_reads_the_loss_every_few_steps(tiny_syn
 def test_fused_adamw_takes_the_same_steps_as_the_default_one():
     """The trainer asks for the fused AdamW on CUDA; it must be the same update rule (checked on the CPU, where
     torch has it too): three steps from the same weights and gradients agree to float32 rounding."""
-    from xmr.train.trainer import build_optimizer
+    from xmr.train.step import build_optimizer
 
     class Tiny(torch.nn.Module):
         def __init__(self):

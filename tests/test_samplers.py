@@ -223,7 +223,7 @@ def _one_train_step(ctx, rows: slice, inputs: dict) -> dict:
     and the buffers."""
     from xmr.run.config import load_run_config
     from xmr.text.vocab import SPECIALS
-    from xmr.train.trainer import TrainForward, TrainStep, build_optimizer
+    from xmr.train.step import TrainForward, TrainStep, build_optimizer
     from xmr.inference.model import model_from_config
     from xmr.core.utils import seed_everything
 

@@ -16,7 +16,8 @@ from xmr.features.backbones import build_backbone
 from xmr.core.io import load_checkpoint
 from xmr.inference.loaders import TrainAugment
 from xmr.models.image_backbone import FinetunedBackbone
-from xmr.train.trainer import build_optimizer, train
+from xmr.train.step import build_optimizer
+from xmr.train.trainer import train
 from xmr.inference.model import model_from_config, score_split
 
 E2E = {"source": "images"}
