@@ -73,6 +73,13 @@ def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, 
     plain = json.loads((cwd / "plain.json").read_text())
     for d in ("i2t", "t2i"):
         assert [res[d][k] for k in ("r1", "r5", "r10")] == [plain[d][k] for k in ("r1", "r5", "r10")]
+    # the benchmark's per-run file (--reranks, as docs/evaluation.md prints it): the same plain evaluation, FR beside it
+    both = run_xmr("test", "--run", run, "--sims", cwd / "dev.npy", "--dataset", "synth_dev", "--reranks", "none",
+                   "fr", "--out", cwd / "both.json", cwd=cwd, check=True).stdout
+    assert both.startswith("dvse_docs on synth_dev (trained on synth): none RSUM"), both
+    doc = json.loads((cwd / "both.json").read_text())
+    assert (doc["dataset"], doc["trained_on"]) == ("synth_dev", "synth") and set(doc["by_rerank"]) == {"none", "fr"}
+    assert doc["by_rerank"]["none"]["rsum"] == res["rsum"]
     # synth_dev's annotations list each caption's other positive images: the extended metrics are reported
     assert res["extended"]["positives"] == "synth_scenes" and "map_at_r" in res["extended"]["t2i"]
 
