@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+import xmr
 from conftest import run_xmr
 
 
@@ -43,7 +44,7 @@ def other_datasets(tiny_synth, tmp_path):
         shutil.rmtree(dev_feats.parent, ignore_errors=True)
 
 
-def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, other_datasets):
+def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, other_datasets, monkeypatch):
     cwd, run = other_datasets, tiny_synth_run
     run_xmr("score", "--run", run, "--out", cwd / "own.npy", cwd=cwd, check=True)
     gallery = run / "gallery_test.npz"
@@ -57,6 +58,13 @@ def test_a_run_scored_and_tested_on_another_datasets_test_split(tiny_synth_run, 
     dev = np.load(cwd / "dev.npy")
     assert dev.shape == (12, 60) and not np.allclose(dev, np.load(cwd / "own.npy"))  # other test images
     assert gallery.stat().st_mtime_ns == before  # the run's cached gallery is its own test split's, untouched
+    # the Python API reads the same split: its embeddings give `xmr score --dataset`'s matrix
+    with monkeypatch.context() as mp:
+        mp.chdir(cwd)  # where config/datasets/synth_dev.yaml is found, as for the commands
+        m = xmr.load(run, device="cpu")
+        g = m.encode_split(dataset="synth_dev")
+    np.testing.assert_allclose(m.similarity(g["image_emb"], g["text_emb"]), dev, atol=1e-6)
+    assert gallery.stat().st_mtime_ns == before
 
     out = run_xmr("test", "--run", run, "--sims", cwd / "dev.npy", "--dataset", "synth_dev", "--out",
                   cwd / "dev.json", cwd=cwd, check=True).stdout

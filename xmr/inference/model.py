@@ -430,28 +430,32 @@ class Model:
         idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return idx, np.take_along_axis(scores, idx, axis=1)
 
-    def encode_split(self, split: str | None = None) -> dict[str, Any]:
+    def encode_split(self, split: str | None = None, dataset: str | None = None) -> dict[str, Any]:
         """A split of the run's dataset as a gallery: ``image_ids``, ``image_paths`` (the image files, or None
         for a features-only dataset), ``image_emb``, ``captions`` (with ``caption_image``: the index of each
         caption's image), ``text_emb`` (the embeddings as float32 NumPy arrays, as :meth:`encode_image` /
         :meth:`encode_text` give them). A run's own model (its
         ``best.pt``) reads the embeddings cached in the run directory (:mod:`xmr.run.gallery_cache`), and computes and
-        caches them when the cache is missing or stale."""
+        caches them when the cache is missing or stale. ``dataset``: another dataset's split, as ``xmr score
+        --dataset`` reads it (:func:`xmr.run.config.on_dataset`; not cached)."""
+        from xmr.run.config import on_dataset
         from xmr.run.gallery_cache import read_gallery, write_gallery
 
-        split = split or self.cfg["dataset_cfg"]["test_split"]
-        cacheable = self.run_dir is not None and self.checkpoint is not None \
+        cfg = on_dataset(self.cfg, dataset)
+        settings = self.settings if cfg is self.cfg else run_settings(cfg)
+        split = split or cfg["dataset_cfg"]["test_split"]
+        cacheable = self.run_dir is not None and self.checkpoint is not None and cfg is self.cfg \
             and Path(self.checkpoint).resolve() == (Path(self.run_dir) / "best.pt").resolve()
-        cached = read_gallery(self.run_dir, self.settings, split) if cacheable else None
+        cached = read_gallery(self.run_dir, settings, split) if cacheable else None
         if cached is not None:
             return {"split": split, "image_ids": cached["image_ids"], "image_paths": cached["image_paths"],
                     "captions": cached["captions"],
                     "caption_image": cached["caption_image"], "image_emb": cached["image_emb"],
                     "text_emb": cached["text_emb"]}
-        data, feats = load_split_images(self.settings.image, self.settings.dataset_config, split)
-        img, cap = encode_split_of(self.model, self.settings, data, feats, self.device)
+        data, feats = load_split_images(settings.image, settings.dataset_config, split)
+        img, cap = encode_split_of(self.model, settings, data, feats, self.device)
         if cacheable:
-            write_gallery(self.run_dir, self.settings, split, data, img.numpy(), cap.numpy())
+            write_gallery(self.run_dir, settings, split, data, img.numpy(), cap.numpy())
         return {"split": split, "image_ids": list(data.image_ids),
                 "image_paths": [str(p) for p in data.image_paths] or None, "image_emb": _as_array(img),
                 "captions": list(data.captions), "caption_image": [int(i) for i in data.caption_image],
