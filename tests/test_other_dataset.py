@@ -107,3 +107,25 @@ def test_the_tables_find_the_run_under_the_dataset_it_was_trained_on():
     assert run_dir_of({"recipe": "dvse.dvse.s2", "dataset": "synth_dev", "trained_on": "synth"}) == \
         Path("runs/synth/bench/dvse/dvse/s2")
     assert run_dir_of({"recipe": "dvse_demo", "dataset": "synth"}) == Path("runs/synth/dvse_demo")
+
+
+def test_a_dataset_file_with_the_runs_dataset_name_but_other_settings_is_one_line(tiny_synth_run, tmp_path):
+    """`--dataset other/synth.yaml` naming the run's own dataset `synth`, with other files: which one was meant
+    cannot be told from the results (`dataset: synth`), so the command stops and says how to name it; a file with
+    the run's own settings under that name is the run's own dataset."""
+    doc = yaml.safe_load((tiny_synth_run / "config.yaml").read_text())["dataset_cfg"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "synth.yaml").write_text(yaml.safe_dump({**doc, "annotations": str(tmp_path / "a.json")}))
+    r = run_xmr("score", "--run", tiny_synth_run, "--dataset", tmp_path / "other" / "synth.yaml", "--out",
+                tmp_path / "x.npy")
+    # the same settings under the same name are the run's own dataset: scored as without --dataset
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / "synth.yaml").write_text(yaml.safe_dump(doc))
+    run_xmr("score", "--run", tiny_synth_run, "--dataset", tmp_path / "same" / "synth.yaml", "--out",
+            tmp_path / "same.npy", check=True)
+    run_xmr("score", "--run", tiny_synth_run, "--out", tmp_path / "own.npy", check=True)
+    np.testing.assert_array_equal(np.load(tmp_path / "same.npy"), np.load(tmp_path / "own.npy"))
+    assert r.returncode == 2 and not (tmp_path / "x.npy").exists()
+    assert r.stderr.strip() == (f"xmr score: error: {tmp_path / 'other' / 'synth.yaml'}: names the run's own dataset "
+                                f"'synth' with other settings than the run was trained with; give it a name of its "
+                                f"own (name: and the file's name)"), r.stderr

@@ -147,15 +147,18 @@ def load_saved_config(run_dir: str | os.PathLike) -> dict:
 
 
 def on_dataset(cfg: dict, dataset: str | None) -> dict:
-    """The resolved run config ``cfg`` pointed at another dataset's test split (``xmr score``/``xmr test --dataset``):
+    """The resolved run config ``cfg`` pointed at another dataset's splits (``xmr score``/``xmr test --dataset``):
     ``dataset`` is a name (``config/datasets/NAME.yaml``, from ``$XMR_CONFIG_DIR`` or ./config) or a YAML path. The
     model, vocabulary and feature folder stay the run's; the images' features are read from
     ``{features.dir}/{dataset}/{backbone}/``, the protocols are the dataset's own (a recipe's ``eval.protocols`` name
-    its training dataset's). ``None`` or the run's own dataset: ``cfg`` unchanged."""
+    its training dataset's). ``None`` or the run's own dataset's name: ``cfg`` unchanged (its saved dataset)."""
     if dataset is None or dataset == cfg["dataset"]:
         return cfg
     other = load_dataset_config(dataset, find_config_dir(Path.cwd()))
     if other["name"] == cfg["dataset"]:
+        if other != cfg["dataset_cfg"]:
+            raise XmrError(f"{dataset}: names the run's own dataset {other['name']!r} with other settings than the "
+                           f"run was trained with; give it a name of its own (name: and the file's name)")
         return cfg
     return {**cfg, "dataset": other["name"], "dataset_cfg": other, "eval": {**cfg["eval"], "protocols": []}}
 
